@@ -1,0 +1,112 @@
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tx.config import ConfigError, load_config, model_config
+from tx.counting import analytic_param_count, param_counts
+
+
+def base(root):
+    return str(root / "configs" / "base.py")
+
+
+def test_overrides_apply_and_types_are_checked(root):
+    cfg = load_config(
+        base(root),
+        ["model.num_layers=4", "optim.warmup_steps=8000", "model.d_k=32", "data.vocab_size=8000"],
+    )
+    mc = model_config(cfg)
+    assert (mc.num_encoder_layers, mc.num_decoder_layers, mc.d_k, mc.d_v) == (4, 4, 32, 64)
+    assert cfg.optim.warmup_steps == 8000
+    assert cfg.model.vocab_size == 8000  # one shared vocabulary size
+
+
+@pytest.mark.parametrize(
+    "override,key",
+    [
+        ("model.num_heds=4", "model.num_heds"),
+        ("modle.d_model=4", "modle"),
+        ("model.d_model=500", "model.d_model"),  # 500 % 8 != 0 and d_k unset
+        ("model.dropout_rate=-0.1", "model.dropout_rate"),
+        ("train.label_smoothing=1.5", "train.label_smoothing"),
+        ("optim.warmup_steps=0", "optim.warmup_steps"),
+        ("data.source=ftp", "data.source"),
+        ("mesh.shape.data=0", "mesh.shape.data"),
+    ],
+)
+def test_invalid_configs_name_the_key(root, override, key):
+    with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+        load_config(base(root), [override])
+
+
+def test_table3_rows_load(root):
+    for row in ("A1", "B1", "C4", "D3", "E"):
+        load_config(str(root / "configs" / f"table3.py:{row}"))
+    with pytest.raises(ValueError, match="Z9"):
+        load_config(str(root / "configs" / "table3.py:Z9"))
+
+
+def expected_count(V, m, h, dk, dv, dff, n_enc, n_dec):
+    """The paper's architecture written out term by term."""
+    attn = m * h * dk + m * h * dk + m * h * dv + h * dv * m  # W^Q, W^K, W^V, W^O; no biases
+    ffn = m * dff + dff + dff * m + m  # W1, b1, W2, b2
+    enc_layer = attn + ffn + 2 * (2 * m)  # two LayerNorms (scale + bias)
+    dec_layer = 2 * attn + ffn + 3 * (2 * m)
+    return V * m + n_enc * enc_layer + n_dec * dec_layer  # one shared embedding
+
+
+@pytest.mark.parametrize(
+    "overrides,args",
+    [
+        ([], (37000, 512, 8, 64, 64, 2048, 6, 6)),
+        (
+            ["model.d_model=1024", "model.d_ff=4096", "model.num_heads=16"],
+            (37000, 1024, 16, 64, 64, 4096, 6, 6),
+        ),
+        (["model.num_layers=2"], (37000, 512, 8, 64, 64, 2048, 2, 2)),
+        (
+            ["model.num_encoder_layers=3", "model.num_decoder_layers=5"],
+            (37000, 512, 8, 64, 64, 2048, 3, 5),
+        ),
+        (["model.d_k=16"], (37000, 512, 8, 16, 64, 2048, 6, 6)),
+        (["model.d_ff=1024", "data.vocab_size=8000"], (8000, 512, 8, 64, 64, 1024, 6, 6)),
+    ],
+)
+def test_param_counts_equal_formula(root, overrides, args):
+    mc = model_config(load_config(base(root), overrides))
+    expected = expected_count(*args)
+    assert param_counts(mc)["params"] == expected
+    assert analytic_param_count(mc)["params"] == expected
+
+
+def test_counts_near_paper_figures(root):
+    base_n = param_counts(model_config(load_config(base(root))))["params"]
+    big_n = param_counts(model_config(load_config(str(root / "configs" / "big.py"))))["params"]
+    assert base_n == 63_045_632 and big_n == 214_171_648
+    assert abs(base_n / 65e6 - 1) < 0.04 and abs(big_n / 213e6 - 1) < 0.04
+
+
+def test_info_cli_prints_counts_beside_paper(root):
+    out = subprocess.run(
+        [sys.executable, "-m", "tx", "info", "--config", base(root)],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=root,
+    ).stdout
+    info = json.loads(out)
+    assert info["params"] == 63_045_632 and info["paper_params_m"] == 65.0
+    assert info["encoder"] + info["decoder"] + info["embeddings"] == info["params"]
+    assert info["matches_analytic"] is True
+
+
+def test_info_cli_rejects_unknown_key(root):
+    res = subprocess.run(
+        [sys.executable, "-m", "tx", "info", "--config", base(root), "--config.model.foo=1"],
+        capture_output=True,
+        text=True,
+        cwd=root,
+    )
+    assert res.returncode == 2 and "model.foo" in res.stderr

@@ -1,0 +1,190 @@
+"""Model-level properties: causality, padding, position information, cache, weight tying."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import linen as nn
+
+from tx.data.tokenizer import BOS_ID, EOS_ID
+from tx.model import ModelConfig, Transformer, init_cache, shift_right
+
+SMALL = dict(vocab_size=40, d_model=16, num_heads=2, d_ff=32, num_layers=2, dropout_rate=0.0)
+
+
+def make(**overrides):
+    cfg = ModelConfig(**{**SMALL, **overrides})
+    model = Transformer(cfg)
+    tokens = jnp.ones((1, 4), jnp.int32)
+    params = nn.meta.unbox(model.init(jax.random.PRNGKey(0), tokens, tokens)["params"])
+    return model, params
+
+
+def random_tokens(seed, shape, low=4, high=40):
+    return jnp.array(np.random.default_rng(seed).integers(low, high, shape), jnp.int32)
+
+
+def test_shift_right_puts_bos_first():
+    t = jnp.array([[5, 6, 7, EOS_ID, 0]])
+    np.testing.assert_array_equal(shift_right(t), [[BOS_ID, 5, 6, 7, EOS_ID]])
+    pos = jnp.array([[0, 1, 0, 1, 2]])
+    np.testing.assert_array_equal(
+        shift_right(jnp.array([[5, 6, 8, 9, 10]]), pos), [[BOS_ID, 5, BOS_ID, 8, 9]]
+    )
+
+
+@pytest.mark.parametrize("pre_ln", [False, True])
+def test_decoder_is_causal(pre_ln):
+    model, params = make(pre_ln=pre_ln)
+    src = random_tokens(0, (2, 6))
+    tgt = random_tokens(1, (2, 7))
+    logits = model.apply({"params": params}, src, tgt)
+    for t in (0, 3, 5):
+        changed = tgt.at[:, t + 1 :].set(random_tokens(2, (2, 7 - t - 1)))
+        other = model.apply({"params": params}, src, changed)
+        np.testing.assert_allclose(logits[:, : t + 1], other[:, : t + 1], atol=1e-5)
+        if t + 2 < tgt.shape[1]:  # later positions do see the change
+            assert not np.allclose(logits[:, t + 2 :], other[:, t + 2 :], atol=1e-4)
+
+
+def test_source_padding_does_not_change_outputs():
+    model, params = make()
+    src = random_tokens(3, (2, 5))
+    tgt = random_tokens(4, (2, 6))
+    padded = jnp.pad(src, ((0, 0), (0, 4)))
+    a = model.apply({"params": params}, src, tgt)
+    b = model.apply({"params": params}, padded, tgt)
+    np.testing.assert_allclose(a, b, atol=1e-5)
+    enc_a = model.apply({"params": params}, src, method=Transformer.encode)
+    enc_b = model.apply({"params": params}, padded, method=Transformer.encode)
+    np.testing.assert_allclose(enc_a, enc_b[:, :5], atol=1e-5)
+
+
+def test_target_padding_does_not_change_real_positions():
+    model, params = make()
+    src, tgt = random_tokens(5, (1, 5)), random_tokens(6, (1, 4))
+    a = model.apply({"params": params}, src, tgt)
+    b = model.apply({"params": params}, src, jnp.pad(tgt, ((0, 0), (0, 3))))
+    np.testing.assert_allclose(a, b[:, :4], atol=1e-5)
+
+
+@pytest.mark.parametrize("positional", ["none", "sinusoidal"])
+def test_encoder_permutation_equivariance_depends_on_positions(positional, monkeypatch):
+    if positional == "none":
+        import tx.model as txm
+
+        monkeypatch.setattr(txm.PositionEmbedding, "__call__", lambda self, x, positions: x)
+    model, params = make()
+    src = random_tokens(7, (1, 6))
+    perm = np.array([3, 0, 5, 1, 4, 2])
+    enc = model.apply({"params": params}, src, method=Transformer.encode)
+    enc_p = model.apply({"params": params}, src[:, perm], method=Transformer.encode)
+    equivariant = np.allclose(np.asarray(enc)[:, perm], np.asarray(enc_p), atol=1e-5)
+    assert equivariant == (positional == "none")
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {},
+        {"pre_ln": True},
+        {"positional": "learned"},
+        {"d_k": 3, "d_v": 5},
+        {"share_embeddings": False},
+    ],
+)
+def test_cached_decoding_matches_full_forward(overrides):
+    model, params = make(**overrides)
+    src = random_tokens(8, (2, 5)).at[1, 3:].set(0)  # second sentence padded
+    tgt = random_tokens(9, (2, 6))
+    full = model.apply({"params": params}, src, tgt)
+    encoded = model.apply({"params": params}, src, method=Transformer.encode)
+    cache = init_cache(model, params, encoded, src, max_len=6)
+    prev = jnp.full((2, 1), BOS_ID, jnp.int32)
+    for t in range(6):
+        logits, mutated = model.apply(
+            {"params": params, "cache": cache},
+            encoded,
+            src,
+            prev,
+            decode=True,
+            method=Transformer.decode,
+            mutable=["cache"],
+        )
+        cache = mutated["cache"]
+        np.testing.assert_allclose(logits[:, 0], full[:, t], atol=1e-4, err_msg=f"step {t}")
+        prev = tgt[:, t : t + 1]
+
+
+def test_weight_tying_is_one_array_with_gradients_from_all_three_uses():
+    model, params = make()
+    assert set(params) == {"shared_embedding", "encoder", "decoder"}
+    emb = params["shared_embedding"]["embedding"]
+    assert emb.shape == (40, 16)
+    src, tgt = random_tokens(10, (1, 4), 4, 10), random_tokens(11, (1, 4), 10, 20)
+
+    def loss(e, which):
+        p = {**params, "shared_embedding": {"embedding": e}}
+        logits = model.apply({"params": p}, src, tgt)
+        return {"all": logits.sum(), "softmax": logits[..., 30:].sum()}[which]
+
+    g = np.asarray(jax.grad(loss)(emb, "all"))
+    used_src = np.unique(np.asarray(src))
+    used_tgt = np.unique(np.asarray(shift_right(tgt)))
+    assert np.abs(g[used_src]).sum(-1).min() > 0  # source embedding
+    assert np.abs(g[used_tgt]).sum(-1).min() > 0  # target embedding
+    g_softmax = np.asarray(jax.grad(loss)(emb, "softmax"))
+    unused = np.setdiff1d(np.arange(30, 40), np.concatenate([used_src, used_tgt]))
+    assert np.abs(g_softmax[unused]).sum(-1).min() > 0  # pre-softmax projection only
+
+
+def test_untied_embeddings_are_three_matrices():
+    _, params = make(share_embeddings=False)
+    assert {"source_embedding", "target_embedding", "softmax"} <= set(params)
+
+
+def test_packed_rows_equal_separate_rows():
+    model, params = make()
+    a_src, a_tgt = random_tokens(12, (1, 3)), random_tokens(13, (1, 4))
+    b_src, b_tgt = random_tokens(14, (1, 4)), random_tokens(15, (1, 2))
+    src = jnp.concatenate([a_src, b_src, jnp.zeros((1, 1), jnp.int32)], 1)
+    tgt = jnp.concatenate([a_tgt, b_tgt, jnp.zeros((1, 2), jnp.int32)], 1)
+    src_seg = jnp.array([[1, 1, 1, 2, 2, 2, 2, 0]])
+    tgt_seg = jnp.array([[1, 1, 1, 1, 2, 2, 0, 0]])
+    src_pos = jnp.array([[0, 1, 2, 0, 1, 2, 3, 0]])
+    tgt_pos = jnp.array([[0, 1, 2, 3, 0, 1, 0, 0]])
+    packed = model.apply({"params": params}, src, tgt, src_seg, tgt_seg, src_pos, tgt_pos)
+    a = model.apply({"params": params}, a_src, a_tgt)
+    b = model.apply({"params": params}, b_src, b_tgt)
+    np.testing.assert_allclose(packed[:, :4], a, atol=1e-5)
+    np.testing.assert_allclose(packed[:, 4:6], b, atol=1e-5)
+
+
+def test_bfloat16_compute_keeps_float32_params():
+    model, params = make(dtype="bfloat16")
+    assert all(p.dtype == jnp.float32 for p in jax.tree_util.tree_leaves(params))
+    logits = model.apply({"params": params}, random_tokens(0, (1, 3)), random_tokens(1, (1, 3)))
+    assert logits.dtype == jnp.float32
+
+
+def test_every_parameter_has_logical_axis_names():
+    cfg = ModelConfig(**SMALL)
+    tokens = jnp.ones((1, 4), jnp.int32)
+    boxed = Transformer(cfg).init(jax.random.PRNGKey(0), tokens, tokens)["params"]
+    leaves = jax.tree_util.tree_leaves(boxed, is_leaf=lambda x: isinstance(x, nn.Partitioned))
+    assert leaves and all(isinstance(x, nn.LogicallyPartitioned) for x in leaves)
+    assert all(len(x.names) == x.value.ndim for x in leaves)
+
+
+def test_dropout_is_active_only_in_training():
+    model, params = make(dropout_rate=0.5)
+    src, tgt = random_tokens(0, (1, 5)), random_tokens(1, (1, 5))
+    det = model.apply({"params": params}, src, tgt)
+    assert np.allclose(det, model.apply({"params": params}, src, tgt))
+
+    def rngs(s):
+        return {"dropout": jax.random.PRNGKey(s)}
+
+    a = model.apply({"params": params}, src, tgt, deterministic=False, rngs=rngs(1))
+    b = model.apply({"params": params}, src, tgt, deterministic=False, rngs=rngs(2))
+    assert not np.allclose(a, b)

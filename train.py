@@ -1,0 +1,11 @@
+"""Train a Transformer: python train.py --config configs/base.py --workdir runs/base.
+
+The same as `python -m tx train ...`; see tx/__main__.py for every option.
+"""
+
+import sys
+
+from tx.__main__ import main
+
+if __name__ == "__main__":
+    sys.exit(main(["train", *sys.argv[1:]]))

@@ -1,0 +1,206 @@
+"""Loading, overriding and validating the Python configs in `configs/`.
+
+A config file defines `get_config(arg: str | None = None) -> ConfigDict` with one section per
+stage: model, data, optim, train, decode, mesh. On the command line:
+
+    --config configs/base.py[:ARG] --config.model.num_layers=4 --config.train.num_steps=10
+
+Everything is validated here, before anything compiles; errors name the offending key.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import os
+from collections.abc import Sequence
+
+import ml_collections
+
+from tx.model import ModelConfig
+
+SECTIONS = ("model", "data", "optim", "train", "decode", "mesh")
+
+
+class ConfigError(ValueError):
+    """A config that cannot run: the message names the key."""
+
+
+def load_config(path: str, overrides: Sequence[str] = ()) -> ml_collections.ConfigDict:
+    """Imports `path` (optionally `path:arg`), applies `key=value` overrides and validates."""
+    cfg = read_config(path)
+    for item in overrides:
+        apply_override(cfg, item)
+    validate(cfg)
+    return cfg
+
+
+def read_config(path: str) -> ml_collections.ConfigDict:
+    """`get_config([arg])` of the file at `path` (`path:arg`), without validation.
+
+    Config files that derive from another call this with a path relative to their own file.
+    """
+    path, _, arg = path.partition(":")
+    if not os.path.exists(path):
+        raise ConfigError(f"config file not found: {path}")
+    spec = importlib.util.spec_from_file_location(f"tx_config_{abs(hash(path))}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    if not hasattr(module, "get_config"):
+        raise ConfigError(f"{path} defines no get_config()")
+    return module.get_config(arg) if arg else module.get_config()
+
+
+def apply_override(cfg: ml_collections.ConfigDict, item: str) -> None:
+    """Applies one `a.b.c=value` override; the value is parsed as a Python literal if it can be."""
+    key, sep, raw = item.partition("=")
+    if not sep:
+        raise ConfigError(f"config override {item!r} is not of the form key=value")
+    parts = key.split(".")
+    node = cfg
+    for i, part in enumerate(parts[:-1]):
+        if part not in node:
+            raise ConfigError(
+                f"unknown config key '{'.'.join(parts[: i + 1])}' in override {item!r}"
+            )
+        node = node[part]
+    leaf = parts[-1]
+    if not isinstance(node, ml_collections.ConfigDict) or leaf not in node:
+        raise ConfigError(f"unknown config key '{key}' in override {item!r}")
+    value = _parse_value(raw, node[leaf])
+    try:
+        node[leaf] = value
+    except TypeError as e:
+        raise ConfigError(f"config key '{key}': {e}") from e
+
+
+def _parse_value(raw: str, current):
+    if isinstance(current, bool) or raw.lower() in ("true", "false"):
+        if raw.lower() in ("true", "1", "yes"):
+            return True
+        if raw.lower() in ("false", "0", "no"):
+            return False
+    if isinstance(current, str):
+        return raw
+    try:
+        value = ast.literal_eval(raw)
+    except (ValueError, SyntaxError):
+        return raw
+    if isinstance(current, float) and isinstance(value, int):
+        return float(value)
+    if isinstance(current, tuple) and isinstance(value, list):
+        return tuple(value)
+    return value
+
+
+def model_config(cfg: ml_collections.ConfigDict) -> ModelConfig:
+    """The frozen architecture from `cfg.model`."""
+    try:
+        return ModelConfig.from_dict(cfg.model.to_dict())
+    except (ValueError, TypeError) as e:
+        raise ConfigError(str(e)) from e
+
+
+def validate(cfg: ml_collections.ConfigDict) -> None:
+    """Raises ConfigError naming the first invalid key."""
+    for section in SECTIONS:
+        if section not in cfg:
+            raise ConfigError(f"config has no section '{section}'")
+    model_config(cfg)
+    _check_positive(
+        cfg,
+        "data.vocab_size",
+        "data.max_len",
+        "data.max_tokens",
+        "optim.warmup_steps",
+        "train.num_steps",
+        "train.micro_batches",
+        "train.keep_checkpoints",
+        "train.log_every_steps",
+        "decode.beam_size",
+        "decode.batch_tokens",
+    )
+    _check_nonnegative(
+        cfg,
+        "optim.learning_rate_scale",
+        "decode.alpha",
+        "decode.max_extra_len",
+        "train.checkpoint_every_secs",
+        "train.checkpoint_every_steps",
+        "train.eval_every_steps",
+        "optim.grad_clip_norm",
+    )
+    _check_unit(cfg, "train.label_smoothing")
+    for key in ("optim.b1", "optim.b2"):
+        if not 0.0 <= _get(cfg, key) < 1.0:
+            raise ConfigError(f"{key} must be in [0, 1), got {_get(cfg, key)}")
+    if cfg.model.vocab_size != cfg.data.vocab_size:
+        raise ConfigError(
+            f"model.vocab_size={cfg.model.vocab_size} differs from data.vocab_size="
+            f"{cfg.data.vocab_size}; the shared vocabulary sizes the embedding"
+        )
+    if cfg.data.source not in ("demo", "text", "tfds"):
+        raise ConfigError(f"data.source must be 'demo', 'text' or 'tfds', got {cfg.data.source!r}")
+    buckets = tuple(cfg.data.bucket_lengths)
+    if not buckets or list(buckets) != sorted(set(buckets)) or buckets[0] <= 0:
+        raise ConfigError(f"data.bucket_lengths must be increasing positive ints, got {buckets}")
+    if buckets[-1] < cfg.data.max_len:
+        raise ConfigError(
+            f"data.bucket_lengths ends at {buckets[-1]} < data.max_len={cfg.data.max_len}"
+        )
+    if cfg.data.max_tokens < buckets[-1]:
+        raise ConfigError(
+            f"data.max_tokens={cfg.data.max_tokens} cannot hold one row of the longest bucket "
+            f"({buckets[-1]})"
+        )
+    for axis, size in cfg.mesh.shape.items():
+        if axis not in ("data", "fsdp", "tensor"):
+            raise ConfigError(f"unknown mesh axis 'mesh.shape.{axis}'")
+        if size == 0 or size < -1:
+            raise ConfigError(f"mesh.shape.{axis} must be positive or -1, got {size}")
+
+
+def _get(cfg, dotted: str):
+    node = cfg
+    for part in dotted.split("."):
+        if part not in node:
+            raise ConfigError(f"config has no key '{dotted}'")
+        node = node[part]
+    return node
+
+
+def _check_positive(cfg, *keys):
+    for key in keys:
+        if not _get(cfg, key) > 0:
+            raise ConfigError(f"{key} must be positive, got {_get(cfg, key)}")
+
+
+def _check_nonnegative(cfg, *keys):
+    for key in keys:
+        if _get(cfg, key) < 0:
+            raise ConfigError(f"{key} must be >= 0, got {_get(cfg, key)}")
+
+
+def _check_unit(cfg, *keys):
+    for key in keys:
+        if not 0.0 <= _get(cfg, key) < 1.0:
+            raise ConfigError(f"{key} must be in [0, 1), got {_get(cfg, key)}")
+
+
+def split_config_args(argv: Sequence[str]) -> tuple[list[str], str | None, list[str]]:
+    """Separates `--config PATH` and `--config.key=value` from the other arguments."""
+    rest, path, overrides = [], None, []
+    it = iter(argv)
+    for a in it:
+        if a == "--config":
+            path = next(it, None)
+        elif a.startswith("--config="):
+            path = a.split("=", 1)[1]
+        elif a.startswith("--config."):
+            body = a[len("--config.") :]
+            if "=" not in body:
+                body = f"{body}={next(it, '')}"
+            overrides.append(body)
+        else:
+            rest.append(a)
+    return rest, path, overrides

@@ -1,0 +1,1 @@
+"""Input pipeline: sources -> SentencePiece -> token id cache -> token-budget batches."""

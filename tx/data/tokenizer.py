@@ -1,0 +1,136 @@
+"""A SentencePiece vocabulary shared by source and target (section 5.1).
+
+Reserved ids, fixed for every vocabulary tx trains:
+  0 = <pad> (padding; masked everywhere), 1 = </s> (end of sentence),
+  2 = <unk>, 3 = <s> (start token: the decoder input's first position).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import random
+import tempfile
+from collections.abc import Iterable, Sequence
+
+import sentencepiece as spm
+
+PAD_ID = 0
+EOS_ID = 1
+UNK_ID = 2
+BOS_ID = 3
+
+MODEL_FILENAME = "spm.model"
+
+
+class VocabularyError(ValueError):
+    """A vocabulary that does not fit the run (size or identity)."""
+
+
+class Tokenizer:
+    """Encodes text to ids ending in EOS, and decodes ids back to detokenized text."""
+
+    def __init__(self, model_path: str):
+        if not os.path.exists(model_path):
+            raise FileNotFoundError(f"SentencePiece model not found: {model_path}")
+        with open(model_path, "rb") as f:
+            self.model_bytes = f.read()
+        self.path = model_path
+        self.sp = spm.SentencePieceProcessor(model_proto=self.model_bytes)
+        ids = (self.sp.pad_id(), self.sp.eos_id(), self.sp.unk_id(), self.sp.bos_id())
+        if ids != (PAD_ID, EOS_ID, UNK_ID, BOS_ID):
+            raise VocabularyError(
+                f"{model_path}: reserved ids (pad, eos, unk, bos) are {ids}, "
+                f"tx needs {(PAD_ID, EOS_ID, UNK_ID, BOS_ID)}"
+            )
+
+    @property
+    def vocab_size(self) -> int:
+        return self.sp.get_piece_size()
+
+    @property
+    def fingerprint(self) -> str:
+        """sha256 of the model file: identifies the vocabulary in caches and checkpoints."""
+        return hashlib.sha256(self.model_bytes).hexdigest()
+
+    def encode(self, text: str) -> list[int]:
+        """Text -> ids with EOS appended; an empty string gives [EOS]."""
+        return self.sp.encode(text) + [EOS_ID]
+
+    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        return [ids + [EOS_ID] for ids in self.sp.encode(list(texts))]
+
+    def decode(self, ids: Iterable[int]) -> str:
+        """Ids -> text, stopping at the first EOS and skipping padding and BOS."""
+        out = []
+        for i in ids:
+            i = int(i)
+            if i == EOS_ID:
+                break
+            if i not in (PAD_ID, BOS_ID):
+                out.append(i)
+        return self.sp.decode(out)
+
+
+def train_tokenizer(
+    sentences: Iterable[str],
+    model_dir: str,
+    vocab_size: int,
+    model_type: str = "bpe",
+    sample_size: int = 1_000_000,
+    character_coverage: float = 1.0,
+    seed: int = 0,
+) -> str:
+    """Trains one vocabulary on source and target sentences together.
+
+    Sentences are reservoir-sampled down to `sample_size` (the paper's 37k BPE was learned on
+    the whole WMT corpus; a few million sentences give the same vocabulary in practice). The
+    model is written atomically to `model_dir/spm.model` and its path returned.
+    """
+    reservoir = _reservoir_sample(sentences, sample_size, seed)
+    os.makedirs(model_dir, exist_ok=True)
+    final = os.path.join(model_dir, MODEL_FILENAME)
+    with tempfile.TemporaryDirectory(dir=model_dir) as tmp:
+        prefix = os.path.join(tmp, "spm")
+        try:
+            spm.SentencePieceTrainer.train(
+                sentence_iterator=iter(reservoir),
+                model_prefix=prefix,
+                vocab_size=vocab_size,
+                model_type=model_type,
+                character_coverage=character_coverage,
+                pad_id=PAD_ID,
+                eos_id=EOS_ID,
+                unk_id=UNK_ID,
+                bos_id=BOS_ID,
+                pad_piece="<pad>",
+                eos_piece="</s>",
+                unk_piece="<unk>",
+                bos_piece="<s>",
+                input_sentence_size=0,  # already sampled above
+                num_threads=max(1, os.cpu_count() or 1),
+                minloglevel=2,
+                # Digits split individually: numbers are copied, not memorised.
+                split_digits=True,
+            )
+        except RuntimeError as e:
+            raise VocabularyError(
+                f"SentencePiece training failed for data.vocab_size={vocab_size}: {e}"
+            ) from e
+        os.replace(prefix + ".model", final)
+    return final
+
+
+def _reservoir_sample(sentences: Iterable[str], k: int, seed: int) -> list[str]:
+    rng = random.Random(seed)
+    out: list[str] = []
+    for n, s in enumerate(sentences):
+        if not s:
+            continue
+        if len(out) < k:
+            out.append(s)
+        else:
+            j = rng.randint(0, n)
+            if j < k:
+                out[j] = s
+    return out
