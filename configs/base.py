@@ -49,6 +49,7 @@ def get_config():
         demo_seed=0,  # demo source: corpus generator seed
         demo_train_size=200_000,  # demo source: number of training pairs
         vocab_size=vocab_size,  # shared BPE vocabulary (paper: about 37k for EN-DE)
+        vocab_path=config_dict.placeholder(str),  # an existing SentencePiece model to use
         spm_model_type="bpe",  # "bpe" | "unigram"
         spm_sample_size=2_000_000,  # sentences sampled (source and target) to learn the vocabulary
         max_len=256,  # training pairs longer than this (in tokens, either side) are dropped

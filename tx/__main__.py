@@ -13,8 +13,13 @@ Commands:
 from __future__ import annotations
 
 import argparse
+import logging
+import os
 import json
 import sys
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # before TensorFlow is imported anywhere
+os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
 
 from tx.config import ConfigError, load_config, model_config, split_config_args
 
@@ -36,7 +41,22 @@ def _info(args, cfg) -> int:
     return 0
 
 
-COMMANDS = {"info": _info}
+def _need_workdir(args) -> str:
+    if not args.workdir:
+        raise SystemExit("error: --workdir DIR is required")
+    return args.workdir
+
+
+def _train(args, cfg) -> int:
+    from tx.loop import train
+
+    metrics = train(cfg, _need_workdir(args))
+    print(json.dumps({k: round(v, 6) if isinstance(v, float) else v
+                      for k, v in metrics.items()}))
+    return 0
+
+
+COMMANDS = {"info": _info, "train": _train}
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -52,6 +72,9 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    for noisy in ("absl", "jax._src", "orbax", "tensorflow"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
     rest, config_path, overrides = split_config_args(argv)
     args = _parser().parse_args(rest)
     try:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import jax
 import jax.numpy as jnp
 
@@ -12,10 +14,10 @@ def smoothed_targets_entropy(vocab_size: int, label_smoothing: float) -> float:
     """Entropy of the smoothed target distribution: the loss of a perfect prediction."""
     confidence = 1.0 - label_smoothing
     low = label_smoothing / (vocab_size - 1)
-    ent = -confidence * jnp.log(confidence)
+    ent = -confidence * math.log(confidence)
     if label_smoothing > 0:
-        ent = ent - (vocab_size - 1) * low * jnp.log(low)
-    return float(ent)
+        ent -= (vocab_size - 1) * low * math.log(low)
+    return ent
 
 
 def cross_entropy(logits: Array, targets: Array, weights: Array, label_smoothing: float = 0.1):

@@ -1,0 +1,107 @@
+"""The data stage end to end: `cfg.data` + workdir -> tokenizer, token ids, batch streams.
+
+Workdir layout written here:
+  spm.model          the shared vocabulary (trained once, never silently retrained)
+  data/<key>/        cached token ids per split (see tx.data.token_cache)
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+from collections.abc import Iterator
+
+import ml_collections
+import numpy as np
+
+from tx.data import sources
+from tx.data.pipeline import Batch, BatchSpec, TrainStream, filter_for_training
+from tx.data.token_cache import TokenizedSplit, tokenized
+from tx.data.tokenizer import MODEL_FILENAME, Tokenizer, VocabularyError, train_tokenizer
+
+VOCAB_PATH_KEY = "vocab_path"
+
+
+def vocabulary(data: ml_collections.ConfigDict, workdir: str) -> Tokenizer:
+    """The run's SentencePiece model: `workdir/spm.model`, trained on first use.
+
+    `data.vocab_path`, when set, is copied in instead of training. An existing workdir model is
+    reused and must have `data.vocab_size` pieces.
+    """
+    path = os.path.join(workdir, MODEL_FILENAME)
+    if not os.path.exists(path):
+        given = data.get(VOCAB_PATH_KEY)
+        if given:
+            _copy_atomic(given, path)
+        else:
+            logging.info("training a %d-piece %s vocabulary", data.vocab_size, data.spm_model_type)
+            train = sources.load_split(data, "train")
+            sentences = itertools.chain.from_iterable(iter(train))
+            train_tokenizer(sentences, workdir, data.vocab_size, data.spm_model_type,
+                            data.spm_sample_size, seed=data.shuffle_seed)
+    tokenizer = Tokenizer(path)
+    if tokenizer.vocab_size != data.vocab_size:
+        raise VocabularyError(
+            f"{path} has {tokenizer.vocab_size} pieces but data.vocab_size={data.vocab_size}; "
+            "use a new workdir or set data.vocab_size to match"
+        )
+    return tokenizer
+
+
+def _copy_atomic(src: str, dst: str) -> None:
+    if not os.path.exists(src):
+        raise FileNotFoundError(f"data.vocab_path not found: {src}")
+    os.makedirs(os.path.dirname(dst) or ".", exist_ok=True)
+    tmp = dst + ".tmp"
+    with open(src, "rb") as f, open(tmp, "wb") as g:
+        g.write(f.read())
+    os.replace(tmp, dst)
+
+
+def split_ids(data: ml_collections.ConfigDict, workdir: str, tokenizer: Tokenizer,
+              split: str) -> TokenizedSplit:
+    """Token ids of `split`, from the on-disk cache (tokenized once)."""
+    text = sources.load_split(data, split)
+    return tokenized(text, tokenizer, os.path.join(workdir, "data"), data.num_workers)
+
+
+def split_text(data: ml_collections.ConfigDict, split: str) -> list[tuple[str, str]]:
+    """All (source, reference) pairs of a split, in order (evaluation: nothing is dropped)."""
+    return list(sources.load_split(data, split))
+
+
+def batch_spec(data: ml_collections.ConfigDict, row_multiple: int, process_index: int = 0,
+               process_count: int = 1) -> BatchSpec:
+    return BatchSpec(
+        bucket_lengths=tuple(data.bucket_lengths), max_tokens=data.max_tokens,
+        max_len=data.max_len, row_multiple=row_multiple, process_index=process_index,
+        process_count=process_count, seed=data.shuffle_seed, pack=data.pack,
+    )
+
+
+def train_stream(data: ml_collections.ConfigDict, workdir: str, tokenizer: Tokenizer,
+                 spec: BatchSpec, position: dict | None = None) -> tuple[TrainStream, dict]:
+    """The resumable training stream and the filter counts (dropped pairs are logged)."""
+    ids = split_ids(data, workdir, tokenizer, "train")
+    keep, counts = filter_for_training(ids, data.max_len)
+    return TrainStream(ids, keep, spec, position), counts
+
+
+def prefetch(stream: Iterator[Batch], buffer: int = 2) -> Iterator[Batch]:
+    """Batches assembled ahead of the training step by tf.data's background threads."""
+    import tensorflow as tf
+
+    first = next(stream)
+    signature = {k: tf.TensorSpec((None, None), tf.int32) for k in first}
+
+    def gen():
+        yield first
+        yield from stream
+
+    ds = tf.data.Dataset.from_generator(gen, output_signature=signature).prefetch(buffer)
+    return ds.as_numpy_iterator()
+
+
+def lengths_of(ids: TokenizedSplit) -> np.ndarray:
+    return np.maximum(ids.src_lengths, ids.tgt_lengths)

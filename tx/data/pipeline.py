@@ -1,0 +1,231 @@
+"""Batches holding about the same number of tokens: the paper's "about 25,000 source and 25,000
+target tokens per batch" (section 5.1).
+
+Training pairs go to the smallest bucket length L >= max(source, target length); a bucket's
+batch has `rows(L) = max_tokens // L` rows (rounded down to a multiple of the data shards), so
+neither side ever exceeds the budget, and XLA compiles one step per bucket length. With
+`pack=True`, pairs are instead packed several to a row of `max_len` tokens (segment ids and
+per-pair positions keep them apart in the model).
+
+The plan of an epoch is a pure function of (lengths, seed, epoch), so the data position
+(epoch, batch) is all a checkpoint needs to resume with the very next batch. Every process
+computes the same plan and materialises only its own rows of each global batch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Iterator
+
+import numpy as np
+
+from tx.data.token_cache import TokenizedSplit
+
+POSITION_KEY = "data_position"  # [1, 2] int32 (epoch, batch) after this batch: for checkpoints
+Batch = dict[str, np.ndarray]  # inputs/targets [rows, L] int32 (+ *_segments, *_positions)
+
+
+@dataclasses.dataclass(frozen=True)
+class BatchSpec:
+    """How training batches are cut; `row_multiple` = number of data shards (global)."""
+
+    bucket_lengths: tuple[int, ...]
+    max_tokens: int
+    max_len: int
+    row_multiple: int = 1
+    process_index: int = 0
+    process_count: int = 1
+    seed: int = 0
+    pack: bool = False
+
+    def rows(self, length: int) -> int:
+        """Global rows of a batch of padded length `length`, within the token budget."""
+        multiple = self.row_multiple
+        rows = (self.max_tokens // length) // multiple * multiple
+        if rows == 0:
+            raise ValueError(
+                f"data.max_tokens={self.max_tokens} cannot hold {multiple} rows (one per data "
+                f"shard) of length {length}; raise data.max_tokens or lower the bucket lengths"
+            )
+        return rows
+
+
+@dataclasses.dataclass(frozen=True)
+class PlannedBatch:
+    """One global batch: its padded length and, per row, the example indices it holds."""
+
+    length: int
+    rows: list[list[int]]  # example indices per row; [] for a padding row
+
+
+def filter_for_training(split: TokenizedSplit, max_len: int) -> tuple[np.ndarray, dict]:
+    """Indices of usable training pairs, and counts of those dropped (empty or too long).
+
+    A side that is empty holds only EOS (length 1).
+    """
+    src, tgt = split.src_lengths, split.tgt_lengths
+    empty = (src <= 1) | (tgt <= 1)
+    too_long = ~empty & ((src > max_len) | (tgt > max_len))
+    keep = np.flatnonzero(~empty & ~too_long)
+    counts = {"total": len(src), "kept": len(keep), "dropped_empty": int(empty.sum()),
+              "dropped_too_long": int(too_long.sum())}
+    logging.info("training pairs: %s", counts)
+    return keep, counts
+
+
+def plan_epoch(src_len: np.ndarray, tgt_len: np.ndarray, keep: np.ndarray, spec: BatchSpec,
+               epoch: int) -> list[PlannedBatch]:
+    """The shuffled list of global batches of one epoch (every kept pair exactly once)."""
+    rng = np.random.default_rng([spec.seed, epoch])
+    order = keep[rng.permutation(len(keep))]
+    if spec.pack:
+        batches = _pack(order, src_len, tgt_len, spec)
+    else:
+        batches = _bucket(order, src_len, tgt_len, spec)
+    return [batches[i] for i in rng.permutation(len(batches))]
+
+
+def _bucket(order, src_len, tgt_len, spec: BatchSpec) -> list[PlannedBatch]:
+    lengths = np.asarray(spec.bucket_lengths)
+    longest = np.maximum(src_len[order], tgt_len[order])
+    bucket_of = np.searchsorted(lengths, longest)  # smallest L >= longest
+    batches = []
+    for b, length in enumerate(lengths):
+        members = order[bucket_of == b]
+        rows = spec.rows(int(length))
+        for start in range(0, len(members), rows):
+            chunk = [[int(i)] for i in members[start : start + rows]]
+            chunk += [[] for _ in range(rows - len(chunk))]  # the bucket's last batch
+            batches.append(PlannedBatch(int(length), chunk))
+    return batches
+
+
+def _pack(order, src_len, tgt_len, spec: BatchSpec, open_rows: int = 16) -> list[PlannedBatch]:
+    """First-fit packing into rows of `max_len` on both sides, over a window of open rows."""
+    length = spec.max_len
+    rows_per_batch = spec.rows(length)
+    done: list[list[int]] = []
+    window: list[tuple[list[int], int, int]] = []  # (members, src used, tgt used)
+    for i in order:
+        s, t = int(src_len[i]), int(tgt_len[i])
+        for k, (members, su, tu) in enumerate(window):
+            if su + s <= length and tu + t <= length:
+                members.append(int(i))
+                window[k] = (members, su + s, tu + t)
+                break
+        else:
+            if len(window) == open_rows:
+                done.append(window.pop(0)[0])
+            window.append(([int(i)], s, t))
+    done.extend(members for members, _, _ in window)
+    batches = []
+    for start in range(0, len(done), rows_per_batch):
+        rows = done[start : start + rows_per_batch]
+        rows += [[] for _ in range(rows_per_batch - len(rows))]
+        batches.append(PlannedBatch(length, rows))
+    return batches
+
+
+def materialize(batch: PlannedBatch, split: TokenizedSplit, spec: BatchSpec) -> Batch:
+    """This process's rows of a global batch as padded int32 arrays."""
+    per_process = len(batch.rows) // spec.process_count
+    mine = batch.rows[spec.process_index * per_process : (spec.process_index + 1) * per_process]
+    shape = (per_process, batch.length)
+    out = {k: np.zeros(shape, np.int32) for k in ("inputs", "targets")}
+    if spec.pack:
+        for k in ("inputs_segments", "inputs_positions", "targets_segments", "targets_positions"):
+            out[k] = np.zeros(shape, np.int32)
+    for r, members in enumerate(mine):
+        src_at = tgt_at = 0
+        for seg, i in enumerate(members, 1):
+            src, tgt = split.src(i), split.tgt(i)
+            out["inputs"][r, src_at : src_at + len(src)] = src
+            out["targets"][r, tgt_at : tgt_at + len(tgt)] = tgt
+            if spec.pack:
+                out["inputs_segments"][r, src_at : src_at + len(src)] = seg
+                out["targets_segments"][r, tgt_at : tgt_at + len(tgt)] = seg
+                out["inputs_positions"][r, src_at : src_at + len(src)] = np.arange(len(src))
+                out["targets_positions"][r, tgt_at : tgt_at + len(tgt)] = np.arange(len(tgt))
+            src_at, tgt_at = src_at + len(src), tgt_at + len(tgt)
+    return out
+
+
+class TrainStream:
+    """Endless training batches for this process, resumable from a data position.
+
+    `position` is {"epoch": e, "batch": b}: the next batch `next()` returns.
+    """
+
+    def __init__(self, split: TokenizedSplit, keep: np.ndarray, spec: BatchSpec,
+                 position: dict | None = None):
+        if spec.process_count > 1 and spec.row_multiple % spec.process_count:
+            raise ValueError(
+                f"data shards ({spec.row_multiple}) must be a multiple of the process count "
+                f"({spec.process_count})"
+            )
+        if len(keep) == 0:
+            raise ValueError("no training pairs left after filtering (see data.max_len)")
+        self.split, self.keep, self.spec = split, keep, spec
+        self._src_len, self._tgt_len = split.src_lengths, split.tgt_lengths
+        position = position or {"epoch": 0, "batch": 0}
+        self.epoch, self.batch = int(position["epoch"]), int(position["batch"])
+        self._plan = plan_epoch(self._src_len, self._tgt_len, keep, spec, self.epoch)
+
+    @property
+    def position(self) -> dict:
+        return {"epoch": self.epoch, "batch": self.batch}
+
+    def __iter__(self) -> Iterator[Batch]:
+        return self
+
+    def __next__(self) -> Batch:
+        while self.batch >= len(self._plan):
+            self.epoch, self.batch = self.epoch + 1, 0
+            self._plan = plan_epoch(self._src_len, self._tgt_len, self.keep, self.spec, self.epoch)
+        planned = self._plan[self.batch]
+        self.batch += 1
+        out = materialize(planned, self.split, self.spec)
+        out[POSITION_KEY] = np.array([[self.epoch, self.batch]], np.int32)
+        return out
+
+    def epoch_plan(self) -> list[PlannedBatch]:
+        return self._plan
+
+
+def padding_efficiency(split: TokenizedSplit, keep: np.ndarray, spec: BatchSpec) -> dict:
+    """Non-padding tokens / all tokens over one epoch's batches, both sides together."""
+    plan = plan_epoch(split.src_lengths, split.tgt_lengths, keep, spec, 0)
+    real = int(split.src_lengths[keep].sum() + split.tgt_lengths[keep].sum())
+    total = sum(2 * len(b.rows) * b.length for b in plan)
+    return {"efficiency": real / total, "batches": len(plan),
+            "shapes": sorted({(len(b.rows), b.length) for b in plan})}
+
+
+def eval_batches(lengths: np.ndarray, batch_tokens: int, bucket_lengths: tuple[int, ...],
+                 row_multiple: int = 1) -> list[tuple[int, np.ndarray]]:
+    """Length-sorted batches over ALL sentences (nothing dropped), for decoding and dev loss.
+
+    Returns (padded length, indices) pairs; indices hold -1 for padding rows, so each bucket
+    length has one static shape. Sentences longer than the last bucket get lengths rounded up
+    to a multiple of it, so nothing is ever truncated.
+    """
+    step = bucket_lengths[-1]
+    order = np.argsort(lengths, kind="stable")
+    out = []
+    start = 0
+    while start < len(order):
+        longest = int(lengths[order[start]])
+        for b in bucket_lengths:
+            if b >= longest:
+                length = b
+                break
+        else:
+            length = -(-longest // step) * step
+        rows = max(row_multiple, (batch_tokens // length) // row_multiple * row_multiple)
+        members = [i for i in order[start : start + rows] if lengths[i] <= length]
+        idx = np.full(rows, -1, np.int64)
+        idx[: len(members)] = members
+        out.append((length, idx))
+        start += len(members)
+    return out

@@ -1,0 +1,152 @@
+"""Where sentence pairs come from: TFDS WMT, aligned text files, or the built-in demo corpus.
+
+Each source gives, per split ("train", "dev", "test"), a `ParallelText`: an iterable of
+(source, target) strings in file order plus a fingerprint identifying its content, which keys
+the token-id cache. Bad input raises `DataError` naming the file and line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+from collections.abc import Callable, Iterator
+
+import ml_collections
+
+from tx.data import demo_corpus
+
+SPLITS = ("train", "dev", "test")
+
+# TFDS split names: WMT14 dev = newstest2013 and test = newstest2014, as in the paper.
+TFDS_SPLITS = {"train": "train", "dev": "validation", "test": "test"}
+DEMO_EVAL_SIZE = 500  # dev and test sentences of the demo corpus
+
+
+class DataError(ValueError):
+    """Input data that cannot be used as it is; the message names the file and line."""
+
+
+@dataclasses.dataclass
+class ParallelText:
+    """Aligned sentence pairs of one split; iterating yields (source, target) in order."""
+
+    name: str
+    fingerprint: str
+    pairs: Callable[[], Iterator[tuple[str, str]]]
+
+    def __iter__(self) -> Iterator[tuple[str, str]]:
+        return self.pairs()
+
+
+def load_split(data: ml_collections.ConfigDict, split: str) -> ParallelText:
+    """The `split` of the source selected by `data.source`."""
+    if split not in SPLITS:
+        raise ValueError(f"unknown split {split!r}; choose one of {SPLITS}")
+    if data.source == "demo":
+        return demo_split(data, split)
+    if data.source == "text":
+        prefix = {"train": data.train_prefix, "dev": data.dev_prefix, "test": data.test_prefix}
+        if not prefix[split]:
+            raise DataError(f"data.{split}_prefix is not set (needed for data.source='text')")
+        return text_split(prefix[split], data.src_lang, data.tgt_lang)
+    if data.source == "tfds":
+        return tfds_split(data.tfds_name, split, data.src_lang, data.tgt_lang, data.tfds_data_dir)
+    raise DataError(f"data.source must be 'demo', 'text' or 'tfds', got {data.source!r}")
+
+
+def demo_split(data: ml_collections.ConfigDict, split: str) -> ParallelText:
+    size = data.demo_train_size if split == "train" else DEMO_EVAL_SIZE
+    seed = data.demo_seed
+    key = f"demo-v{demo_corpus.VERSION}-seed{seed}-{split}-{size}"
+    return ParallelText(key, _sha(key), lambda: demo_corpus.generate(split, seed, size))
+
+
+def text_split(prefix: str, src_lang: str, tgt_lang: str) -> ParallelText:
+    """`<prefix>.<src_lang>` and `<prefix>.<tgt_lang>`: one sentence per line, aligned.
+
+    Line counts are checked before anything is read further; CRLF line ends are accepted;
+    invalid UTF-8 is reported with file and line.
+    """
+    src_path, tgt_path = f"{prefix}.{src_lang}", f"{prefix}.{tgt_lang}"
+    for path in (src_path, tgt_path):
+        if not os.path.isfile(path):
+            raise DataError(f"data file not found: {path}")
+    n_src, n_tgt = _count_lines(src_path), _count_lines(tgt_path)
+    if n_src != n_tgt:
+        raise DataError(
+            f"line counts differ: {src_path} has {n_src} lines, {tgt_path} has {n_tgt}"
+        )
+    fingerprint = _sha(_file_digest(src_path) + _file_digest(tgt_path))
+
+    def pairs():
+        yield from zip(_read_lines(src_path), _read_lines(tgt_path), strict=True)
+
+    return ParallelText(f"text:{prefix}", fingerprint, pairs)
+
+
+def _count_lines(path: str) -> int:
+    n, last = 0, b"\n"
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            n += chunk.count(b"\n")
+            last = chunk[-1:]
+    return n + (last != b"\n")  # a last line without a newline still counts
+
+
+def _read_lines(path: str) -> Iterator[str]:
+    with open(path, "rb") as f:
+        for lineno, raw in enumerate(f, 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise DataError(f"{path}:{lineno}: invalid UTF-8 ({e.reason} at byte {e.start})")
+            yield line.rstrip("\r\n").strip()
+
+
+def _file_digest(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def tfds_split(name: str, split: str, src_lang: str, tgt_lang: str,
+               data_dir: str | None = None) -> ParallelText:
+    """A TFDS translation dataset, e.g. "wmt14_translate/de-en" (downloaded on first use)."""
+    import tensorflow_datasets as tfds
+
+    pair = name.split("/")[-1].split("-")
+    if {src_lang, tgt_lang} != set(pair):
+        raise DataError(
+            f"data.src_lang={src_lang!r} / data.tgt_lang={tgt_lang!r} do not match the language "
+            f"pair of data.tfds_name={name!r}"
+        )
+    tfds_split_name = TFDS_SPLITS[split]
+    key = f"tfds:{name}:{tfds_split_name}:{src_lang}-{tgt_lang}"
+
+    def pairs():
+        try:
+            ds = tfds.load(name, split=tfds_split_name, data_dir=data_dir, shuffle_files=False)
+        except Exception as e:  # noqa: BLE001 - TFDS raises many kinds; say which dataset failed
+            raise DataError(f"cannot load TFDS dataset {name!r} split {tfds_split_name!r}: {e}")
+        for ex in tfds.as_numpy(ds):
+            yield ex[src_lang].decode("utf-8").strip(), ex[tgt_lang].decode("utf-8").strip()
+
+    # TFDS data is versioned and immutable: its name, split and version identify the content.
+    version = _tfds_version(name, data_dir)
+    return ParallelText(key, _sha(f"{key}:{version}"), pairs)
+
+
+def _tfds_version(name: str, data_dir: str | None) -> str:
+    import tensorflow_datasets as tfds
+
+    try:
+        return str(tfds.builder(name, data_dir=data_dir).version)
+    except Exception:  # noqa: BLE001 - an unknown version only weakens the cache key
+        return "unknown"
+
+
+def _sha(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:16]

@@ -1,0 +1,283 @@
+"""The training loop: resume, step, watch, evaluate, checkpoint, stop cleanly.
+
+    train(cfg, workdir) -> final metrics
+
+On start the latest checkpoint in `workdir` is restored (state and data position) onto the
+current mesh, whatever mesh wrote it. SIGTERM / SIGINT save a checkpoint and return; a
+non-finite loss raises `Diverged` naming the step, leaving earlier checkpoints intact.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import signal
+import time
+
+import jax
+import ml_collections
+import numpy as np
+
+from tx import sharding
+from tx.checkpoint import Checkpointer
+from tx.config import ConfigError, model_config
+from tx.counting import train_flops_per_step
+from tx.data import dataset
+from tx.data.pipeline import POSITION_KEY, PlannedBatch, eval_batches, materialize
+from tx.data.tokenizer import PAD_ID, VocabularyError
+from tx.monitor import Progress, Summaries, Throughput, peak_tflops
+from tx.train import (
+    abstract_train_state,
+    create_train_state,
+    jit_eval_step,
+    jit_train_step,
+    make_trainer,
+)
+
+CONFIG_FILE = "config.json"
+# Keys that must not change when a workdir is resumed (they change the model or its data).
+FIXED_KEYS = ("model", "data.source", "data.vocab_size", "data.tfds_name", "data.src_lang",
+              "data.tgt_lang", "data.train_prefix", "data.spm_model_type")
+
+
+class Diverged(RuntimeError):
+    """The loss or gradient became NaN or Inf."""
+
+
+def is_main() -> bool:
+    return jax.process_index() == 0
+
+
+def check_workdir(cfg: ml_collections.ConfigDict, workdir: str) -> None:
+    """Refuses a workdir whose saved config differs in a FIXED_KEYS entry; else saves cfg."""
+    os.makedirs(workdir, exist_ok=True)
+    path = os.path.join(workdir, CONFIG_FILE)
+    current = json.loads(cfg.to_json_best_effort())
+    if os.path.exists(path):
+        with open(path) as f:
+            saved = json.load(f)
+        diffs = [k for k in FIXED_KEYS if _lookup(saved, k) != _lookup(current, k)]
+        if diffs:
+            details = "; ".join(f"{k}: {_lookup(saved, k)!r} -> {_lookup(current, k)!r}"
+                                for k in diffs)
+            raise ConfigError(f"{workdir} was trained with another configuration ({details}); "
+                              "use a new --workdir")
+    if is_main():
+        tmp = path + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(current, f, indent=2, sort_keys=True)
+        os.replace(tmp, path)
+
+
+def _lookup(tree: dict, dotted: str):
+    for part in dotted.split("."):
+        if not isinstance(tree, dict) or part not in tree:
+            return None
+        tree = tree[part]
+    return tree
+
+
+class StopSignal:
+    """Turns SIGTERM / SIGINT into a flag the loop checks after each step."""
+
+    def __init__(self):
+        self.received = None
+        self._old = {}
+
+    def __enter__(self):
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            try:
+                self._old[sig] = signal.signal(sig, self._handle)
+            except ValueError:  # not the main thread: leave signals alone
+                pass
+        return self
+
+    def _handle(self, signum, frame):
+        self.received = signal.Signals(signum).name
+
+    def __exit__(self, *exc):
+        for sig, old in self._old.items():
+            signal.signal(sig, old)
+
+
+def _sync_flag(flag: bool) -> bool:
+    """True on every process if it is true on any (only needed with several processes)."""
+    if jax.process_count() == 1:
+        return flag
+    from jax.experimental import multihost_utils
+
+    return bool(multihost_utils.process_allgather(np.array(flag)).any())
+
+
+def _batch_stats(batch: dict) -> tuple[int, int, float, float]:
+    """Real source / target tokens and mean padded lengths of this process's rows."""
+    src, tgt = batch["inputs"], batch["targets"]
+    n_src, n_tgt = int((src != PAD_ID).sum()), int((tgt != PAD_ID).sum())
+    return n_src, n_tgt, src.shape[1], tgt.shape[1]
+
+
+def evaluate_loss(trainer, eval_fn, params, ids, data, spec) -> dict:
+    """Dev loss, per-token perplexity and accuracy over EVERY pair of the split."""
+    lengths = np.maximum(ids.src_lengths, ids.tgt_lengths)
+    totals = {"loss": 0.0, "nll": 0.0, "correct": 0.0, "weight": 0.0}
+    for length, idx in eval_batches(lengths, data.max_tokens, tuple(data.bucket_lengths),
+                                    spec.row_multiple):
+        planned = PlannedBatch(length, [[int(i)] if i >= 0 else [] for i in idx])
+        local = materialize(planned, ids, _unpacked(spec))
+        sums = eval_fn(params, sharding.global_batch(local, trainer.mesh))
+        for k in totals:
+            totals[k] += float(sums[k])
+    w = max(totals["weight"], 1.0)
+    return {"dev_loss": totals["loss"] / w, "dev_perplexity": math.exp(totals["nll"] / w),
+            "dev_accuracy": totals["correct"] / w}
+
+
+def _unpacked(spec):
+    import dataclasses
+
+    return dataclasses.replace(spec, pack=False)
+
+
+def train(cfg: ml_collections.ConfigDict, workdir: str, progress_stream=None) -> dict:
+    """Trains until `cfg.train.num_steps`, or until stopped; returns the last metrics."""
+    check_workdir(cfg, workdir)
+    mc = model_config(cfg)
+    tokenizer = dataset.vocabulary(cfg.data, workdir)
+    mesh = sharding.make_mesh(cfg.mesh)
+    sharding.check_model_fits(mesh, mc.num_heads, mc.d_ff, mc.vocab_size)
+    trainer = make_trainer(cfg, mc, mesh, sharding.rules(cfg.mesh))
+    ckpt = Checkpointer(workdir, cfg.train.keep_checkpoints)
+    state, position = _restore_or_init(trainer, ckpt, cfg.train.seed, workdir, tokenizer)
+    spec = dataset.batch_spec(cfg.data, sharding.data_shards(mesh) * cfg.train.micro_batches,
+                              jax.process_index(), jax.process_count())
+    stream, counts = dataset.train_stream(cfg.data, workdir, tokenizer, spec, position)
+    progress = Progress(cfg.train.num_steps, is_main(), progress_stream)
+    progress.message(f"tx: {json.dumps(counts)} | mesh {dict(mesh.shape)} | "
+                     f"start step {int(state.step)}")
+    dev = dataset.split_ids(cfg.data, workdir, tokenizer, "dev") if cfg.train.eval_every_steps \
+        else None
+    try:
+        return _loop(cfg, workdir, trainer, ckpt, state, stream, spec, progress, dev)
+    finally:
+        ckpt.close()
+
+
+def _restore_or_init(trainer, ckpt: Checkpointer, seed: int, workdir: str, tokenizer):
+    _check_vocabulary(workdir, tokenizer)
+    step = ckpt.latest_step()
+    if step is None:
+        return create_train_state(trainer, seed), None
+    logging.info("resuming from %s step %d", ckpt.directory, step)
+    return ckpt.restore(step, abstract_train_state(trainer))
+
+
+def _check_vocabulary(workdir: str, tokenizer) -> None:
+    """The vocabulary a workdir's checkpoints were trained with must be the one loaded now."""
+    path = os.path.join(workdir, "vocab.sha256")
+    if os.path.exists(path):
+        with open(path) as f:
+            saved = f.read().strip()
+        if saved != tokenizer.fingerprint:
+            raise VocabularyError(
+                f"{tokenizer.path} (sha256 {tokenizer.fingerprint[:12]}) is not the vocabulary "
+                f"the checkpoints in {workdir} were trained with (sha256 {saved[:12]})"
+            )
+    elif is_main():
+        with open(path, "w") as f:
+            f.write(tokenizer.fingerprint + "\n")
+
+
+def _loop(cfg, workdir, trainer, ckpt, state, stream, spec, progress, dev) -> dict:
+    t = cfg.train
+    step_fn, eval_fn = jit_train_step(trainer), jit_eval_step(trainer)
+    mc = trainer.model.config
+    throughput = Throughput(lambda s, g, ls, lt: train_flops_per_step(mc, s, g, ls, lt),
+                            jax.device_count(), peak_tflops(configured=t.peak_tflops))
+    summaries = Summaries(workdir, is_main())
+    batches = dataset.prefetch(stream)
+    step = int(state.step)
+    last_save, last = time.monotonic(), {}
+    window = _Window()
+    with StopSignal() as stop:
+        while step < t.num_steps:
+            local = next(batches)
+            position = _take_position(local)
+            state, metrics = step_fn(state, sharding.global_batch(local, trainer.mesh))
+            step += 1
+            throughput.add(*_batch_stats(local))
+            window.add(step, metrics)
+            if step % t.log_every_steps == 0 or step == t.num_steps:
+                last = _report(window, throughput, progress, summaries, step)
+            if t.eval_every_steps and dev is not None and step % t.eval_every_steps == 0:
+                window.check()
+                last.update(_dev_eval(trainer, eval_fn, state, dev, cfg, spec, progress,
+                                      summaries, step))
+            due = (t.checkpoint_every_steps and step % t.checkpoint_every_steps == 0) or (
+                t.checkpoint_every_secs and time.monotonic() - last_save >= t.checkpoint_every_secs)
+            stopping = _sync_flag(stop.received is not None)
+            if _sync_flag(bool(due)) or stopping or step == t.num_steps:
+                window.check()  # never save a state after a non-finite step
+                ckpt.save(step, state, position)
+                last_save = time.monotonic()
+            if stopping:
+                progress.message(f"tx: {stop.received or 'stop'} received: saved step {step}")
+                break
+    window.check()
+    ckpt.wait()
+    summaries.close()
+    return {**last, "step": step}
+
+
+def _take_position(local: dict) -> dict:
+    """The data position after this batch, carried through the prefetcher with the batch."""
+    pos = local.pop(POSITION_KEY)
+    return {"epoch": int(pos[0, 0]), "batch": int(pos[0, 1])}
+
+
+class _Window:
+    """Metrics of the steps since the last report, fetched lazily (no per-step sync)."""
+
+    def __init__(self):
+        self.items = []
+
+    def add(self, step, metrics):
+        self.items.append((step, metrics))
+        # Look at the step before this one: it has finished while this one was dispatched.
+        if len(self.items) >= 2:
+            self._check_one(*self.items[-2])
+
+    @staticmethod
+    def _check_one(step, metrics):
+        if not bool(metrics["finite"]):
+            raise Diverged(f"non-finite loss or gradient at step {step} (loss sum "
+                           f"{float(metrics['loss'])}); the last checkpoint before it is intact")
+
+    def check(self):
+        if self.items:
+            self._check_one(*self.items[-1])
+
+    def drain(self) -> dict:
+        self.check()
+        sums = {k: sum(float(m[k]) for _, m in self.items) for k in ("loss", "nll", "weight")}
+        lr = float(self.items[-1][1]["learning_rate"])
+        self.items = []
+        w = max(sums["weight"], 1.0)
+        return {"loss": sums["loss"] / w, "perplexity": math.exp(sums["nll"] / w),
+                "learning_rate": lr}
+
+
+def _report(window, throughput, progress, summaries, step) -> dict:
+    metrics = {**window.drain(), **throughput.report()}
+    progress.update(step, metrics)
+    summaries.scalars(step, {"train/" + k: v for k, v in metrics.items()})
+    return metrics
+
+
+def _dev_eval(trainer, eval_fn, state, dev, cfg, spec, progress, summaries, step) -> dict:
+    result = evaluate_loss(trainer, eval_fn, state.params, dev, cfg.data, spec)
+    progress.message(f"step {step}: dev loss {result['dev_loss']:.3f} | dev perplexity "
+                     f"{result['dev_perplexity']:.2f} | dev accuracy {result['dev_accuracy']:.3f}")
+    summaries.scalars(step, {k.replace("dev_", "dev/"): v for k, v in result.items()})
+    return result
