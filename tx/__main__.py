@@ -13,9 +13,9 @@ Commands:
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
-import json
 import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # before TensorFlow is imported anywhere
@@ -51,12 +51,80 @@ def _train(args, cfg) -> int:
     from tx.loop import train
 
     metrics = train(cfg, _need_workdir(args))
-    print(json.dumps({k: round(v, 6) if isinstance(v, float) else v
-                      for k, v in metrics.items()}))
+    print(json.dumps({k: round(v, 6) if isinstance(v, float) else v for k, v in metrics.items()}))
     return 0
 
 
-COMMANDS = {"info": _info, "train": _train}
+def _translate(args, cfg) -> int:
+    from tx.translate import load_model, translate
+
+    loaded = load_model(cfg, _need_workdir(args), args.checkpoint)
+    source = open(args.input, encoding="utf-8") if args.input else sys.stdin
+    with source:
+        lines = [line.rstrip("\r\n") for line in source]
+    outputs = translate(loaded, lines, cfg)
+    text = "".join(o + "\n" for o in outputs)
+    if args.output:  # written whole, then renamed: never a half-written file
+        tmp = args.output + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, args.output)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def _average(args, cfg) -> int:
+    from tx.demo import average
+
+    path, steps = average(cfg, _need_workdir(args), args.last or cfg.decode.average_last)
+    print(json.dumps({"averaged": path, "steps": steps}))
+    return 0
+
+
+def _evaluate(args, cfg) -> int:
+    from tx.evaluate import evaluate_split
+    from tx.translate import load_model
+
+    loaded = load_model(cfg, _need_workdir(args), args.checkpoint)
+    result = evaluate_split(cfg, args.workdir, args.split, loaded, args.bootstrap, args.output)
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print(f"{args.split}: sacreBLEU {result['bleu']:.2f} ({result['bleu_signature']})")
+        print(f"{args.split}: tokenized BLEU {result['tok_bleu']:.2f} (paper style)")
+        print(
+            f"{args.split}: chrF {result['chrf']:.2f}; {result['num_sentences']} sentences; "
+            f"hypotheses in {result['hypotheses_file']}"
+        )
+    return 0
+
+
+def _demo(args, cfg) -> int:
+    from tx.demo import run_demo
+
+    run_demo(cfg, args.workdir or "runs/demo")
+    return 0
+
+
+def _compile(args, cfg) -> int:
+    from tx.aot import compile_report, topology_devices
+
+    devices = topology_devices(args.topology) if args.topology else None
+    print(json.dumps(compile_report(cfg, devices), indent=2))
+    return 0
+
+
+COMMANDS = {
+    "info": _info,
+    "compile": _compile,
+    "train": _train,
+    "translate": _translate,
+    "average": _average,
+    "evaluate": _evaluate,
+    "demo": _demo,
+}
+DEFAULT_CONFIGS = {"demo": "configs/demo.py"}
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -67,6 +135,24 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("command", choices=sorted(COMMANDS))
     p.add_argument("--workdir", help="run directory (checkpoints, vocabulary, logs)")
+    p.add_argument("--input", help="translate: read sentences from this file (default stdin)")
+    p.add_argument("--output", help="translate / evaluate: write translations to this file")
+    p.add_argument("--checkpoint", type=int, help="use this training step's checkpoint")
+    p.add_argument(
+        "--last", type=int, help="average: how many checkpoints (default decode.average_last)"
+    )
+    p.add_argument("--split", default="test", choices=("dev", "test"), help="evaluate: split")
+    p.add_argument("--json", action="store_true", help="evaluate: one JSON object")
+    p.add_argument("--topology", help="compile: a TPU topology such as v4:2x2x2 (needs libtpu)")
+    p.add_argument("--coordinator_address", help="multi-process: HOST:PORT of process 0")
+    p.add_argument("--num_processes", type=int, help="multi-process: number of processes")
+    p.add_argument("--process_id", type=int, help="multi-process: this process's index")
+    p.add_argument(
+        "--bootstrap",
+        type=int,
+        default=0,
+        help="evaluate: bootstrap samples for a 95%% interval (0 = none)",
+    )
     return p
 
 
@@ -74,9 +160,16 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     for noisy in ("absl", "jax._src", "orbax", "tensorflow"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+        logging.getLogger(noisy).setLevel(logging.ERROR)
     rest, config_path, overrides = split_config_args(argv)
     args = _parser().parse_args(rest)
+    if config_path is None and args.workdir and args.command != "train":
+        saved = os.path.join(args.workdir, "config.json")  # the resolved config of the run
+        config_path = saved if os.path.exists(saved) else None
+    config_path = config_path or DEFAULT_CONFIGS.get(args.command)
+    from tx.distributed import initialize
+
+    initialize(args.coordinator_address, args.num_processes, args.process_id)
     try:
         cfg = load_config(config_path, overrides) if config_path else None
     except ConfigError as e:

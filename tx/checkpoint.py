@@ -20,14 +20,18 @@ CHECKPOINTS = "checkpoints"
 AVERAGED = "averaged"
 
 
-def _manager(directory: str, keep: int | None, async_save: bool = True,
-             read_only: bool = False) -> ocp.CheckpointManager:
+def _manager(
+    directory: str, keep: int | None, async_save: bool = True, read_only: bool = False
+) -> ocp.CheckpointManager:
     options = ocp.CheckpointManagerOptions(
-        max_to_keep=keep, create=not read_only, enable_async_checkpointing=async_save,
+        max_to_keep=keep,
+        create=not read_only,
+        enable_async_checkpointing=async_save,
         read_only=read_only,
     )
-    return ocp.CheckpointManager(os.path.abspath(directory), options=options,
-                                 item_names=("state", "data"))
+    return ocp.CheckpointManager(
+        os.path.abspath(directory), options=options, item_names=("state", "data")
+    )
 
 
 class Checkpointer:
@@ -47,8 +51,9 @@ class Checkpointer:
         """Starts an (asynchronous) save; `wait()` blocks until it is on disk."""
         self.manager.save(
             step,
-            args=ocp.args.Composite(state=ocp.args.StandardSave(state),
-                                    data=ocp.args.JsonSave(dict(data_position))),
+            args=ocp.args.Composite(
+                state=ocp.args.StandardSave(state), data=ocp.args.JsonSave(dict(data_position))
+            ),
             force=True,
         )
 
@@ -60,8 +65,9 @@ class Checkpointer:
         """
         restored = self.manager.restore(
             step,
-            args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract_state),
-                                    data=ocp.args.JsonRestore()),
+            args=ocp.args.Composite(
+                state=ocp.args.StandardRestore(abstract_state), data=ocp.args.JsonRestore()
+            ),
         )
         return restored["state"], dict(restored["data"])
 
@@ -88,14 +94,19 @@ def save_params(workdir: str, step: int, params, sources: list[int]) -> str:
     """Writes averaged parameters as `workdir/averaged/<step>` (atomically) and returns it."""
     manager = ocp.CheckpointManager(
         os.path.abspath(os.path.join(workdir, AVERAGED)),
-        options=ocp.CheckpointManagerOptions(max_to_keep=None, create=True,
-                                             enable_async_checkpointing=False),
+        options=ocp.CheckpointManagerOptions(
+            max_to_keep=None, create=True, enable_async_checkpointing=False
+        ),
         item_names=("params", "meta"),
     )
-    manager.save(step, args=ocp.args.Composite(
-        params=ocp.args.StandardSave(params),
-        meta=ocp.args.JsonSave({"averaged_steps": sources}),
-    ), force=True)
+    manager.save(
+        step,
+        args=ocp.args.Composite(
+            params=ocp.args.StandardSave(params),
+            meta=ocp.args.JsonSave({"averaged_steps": sources}),
+        ),
+        force=True,
+    )
     manager.wait_until_finished()
     manager.close()
     return os.path.join(workdir, AVERAGED, str(step))
@@ -119,6 +130,36 @@ def _manager_read(path: str, items) -> ocp.CheckpointManager:
 
 def restore_averaged(workdir: str, step: int, abstract_params):
     manager = _manager_read(os.path.join(workdir, AVERAGED), ("params", "meta"))
-    restored = manager.restore(step, args=ocp.args.Composite(
-        params=ocp.args.StandardRestore(abstract_params), meta=ocp.args.JsonRestore()))
+    restored = manager.restore(
+        step,
+        args=ocp.args.Composite(
+            params=ocp.args.StandardRestore(abstract_params), meta=ocp.args.JsonRestore()
+        ),
+    )
     return restored["params"], dict(restored["meta"])
+
+
+def average_last(workdir: str, last: int, abstract_state) -> tuple[str, list[int]]:
+    """Averages the parameters of the last `last` checkpoints into `workdir/averaged/<step>`.
+
+    `abstract_state` (ShapeDtypeStructs with shardings) says how to lay the arrays out, so
+    sharded parameters are averaged shard by shard on their devices.
+    """
+    ckpt = Checkpointer(workdir, keep=None, async_save=False)
+    steps = ckpt.all_steps()
+    if not steps:
+        raise FileNotFoundError(f"no checkpoints in {ckpt.directory}")
+    if last < 1:
+        raise ValueError(f"--last must be >= 1, got {last}")
+    chosen = steps[-last:]
+    total, n = None, 0
+    for step in chosen:  # a running sum: memory stays at two parameter trees
+        params = ckpt.restore(step, abstract_state)[0].params
+        params32 = jax.tree_util.tree_map(lambda x: x.astype(jnp.float32), params)
+        total = params32 if total is None else jax.tree_util.tree_map(jnp.add, total, params32)
+        n += 1
+    ckpt.close()
+    mean = jax.tree_util.tree_map(
+        lambda t, a: (t / n).astype(a.dtype), total, abstract_state.params
+    )
+    return save_params(workdir, chosen[-1], mean, chosen), chosen

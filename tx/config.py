@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import importlib.util
+import json
 import os
 from collections.abc import Sequence
 
@@ -43,6 +44,9 @@ def read_config(path: str) -> ml_collections.ConfigDict:
     path, _, arg = path.partition(":")
     if not os.path.exists(path):
         raise ConfigError(f"config file not found: {path}")
+    if path.endswith(".json"):  # a run's resolved config, as written to its workdir
+        with open(path) as f:
+            return ml_collections.ConfigDict(json.load(f))
     spec = importlib.util.spec_from_file_location(f"tx_config_{abs(hash(path))}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

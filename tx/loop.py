@@ -27,6 +27,7 @@ from tx.counting import train_flops_per_step
 from tx.data import dataset
 from tx.data.pipeline import POSITION_KEY, PlannedBatch, eval_batches, materialize
 from tx.data.tokenizer import PAD_ID, VocabularyError
+from tx.distributed import barrier
 from tx.monitor import Progress, Summaries, Throughput, peak_tflops
 from tx.train import (
     abstract_train_state,
@@ -38,8 +39,16 @@ from tx.train import (
 
 CONFIG_FILE = "config.json"
 # Keys that must not change when a workdir is resumed (they change the model or its data).
-FIXED_KEYS = ("model", "data.source", "data.vocab_size", "data.tfds_name", "data.src_lang",
-              "data.tgt_lang", "data.train_prefix", "data.spm_model_type")
+FIXED_KEYS = (
+    "model",
+    "data.source",
+    "data.vocab_size",
+    "data.tfds_name",
+    "data.src_lang",
+    "data.tgt_lang",
+    "data.train_prefix",
+    "data.spm_model_type",
+)
 
 
 class Diverged(RuntimeError):
@@ -60,10 +69,12 @@ def check_workdir(cfg: ml_collections.ConfigDict, workdir: str) -> None:
             saved = json.load(f)
         diffs = [k for k in FIXED_KEYS if _lookup(saved, k) != _lookup(current, k)]
         if diffs:
-            details = "; ".join(f"{k}: {_lookup(saved, k)!r} -> {_lookup(current, k)!r}"
-                                for k in diffs)
-            raise ConfigError(f"{workdir} was trained with another configuration ({details}); "
-                              "use a new --workdir")
+            details = "; ".join(
+                f"{k}: {_lookup(saved, k)!r} -> {_lookup(current, k)!r}" for k in diffs
+            )
+            raise ConfigError(
+                f"{workdir} was trained with another configuration ({details}); use a new --workdir"
+            )
     if is_main():
         tmp = path + ".tmp"
         with open(tmp, "w") as f:
@@ -122,16 +133,20 @@ def evaluate_loss(trainer, eval_fn, params, ids, data, spec) -> dict:
     """Dev loss, per-token perplexity and accuracy over EVERY pair of the split."""
     lengths = np.maximum(ids.src_lengths, ids.tgt_lengths)
     totals = {"loss": 0.0, "nll": 0.0, "correct": 0.0, "weight": 0.0}
-    for length, idx in eval_batches(lengths, data.max_tokens, tuple(data.bucket_lengths),
-                                    spec.row_multiple):
+    for length, idx in eval_batches(
+        lengths, data.max_tokens, tuple(data.bucket_lengths), spec.row_multiple
+    ):
         planned = PlannedBatch(length, [[int(i)] if i >= 0 else [] for i in idx])
         local = materialize(planned, ids, _unpacked(spec))
         sums = eval_fn(params, sharding.global_batch(local, trainer.mesh))
         for k in totals:
             totals[k] += float(sums[k])
     w = max(totals["weight"], 1.0)
-    return {"dev_loss": totals["loss"] / w, "dev_perplexity": math.exp(totals["nll"] / w),
-            "dev_accuracy": totals["correct"] / w}
+    return {
+        "dev_loss": totals["loss"] / w,
+        "dev_perplexity": math.exp(totals["nll"] / w),
+        "dev_accuracy": totals["correct"] / w,
+    }
 
 
 def _unpacked(spec):
@@ -144,24 +159,43 @@ def train(cfg: ml_collections.ConfigDict, workdir: str, progress_stream=None) ->
     """Trains until `cfg.train.num_steps`, or until stopped; returns the last metrics."""
     check_workdir(cfg, workdir)
     mc = model_config(cfg)
-    tokenizer = dataset.vocabulary(cfg.data, workdir)
+    tokenizer = prepare_data(cfg, workdir)
     mesh = sharding.make_mesh(cfg.mesh)
     sharding.check_model_fits(mesh, mc.num_heads, mc.d_ff, mc.vocab_size)
     trainer = make_trainer(cfg, mc, mesh, sharding.rules(cfg.mesh))
     ckpt = Checkpointer(workdir, cfg.train.keep_checkpoints)
     state, position = _restore_or_init(trainer, ckpt, cfg.train.seed, workdir, tokenizer)
-    spec = dataset.batch_spec(cfg.data, sharding.data_shards(mesh) * cfg.train.micro_batches,
-                              jax.process_index(), jax.process_count())
+    spec = dataset.batch_spec(
+        cfg.data,
+        sharding.data_shards(mesh) * cfg.train.micro_batches,
+        jax.process_index(),
+        jax.process_count(),
+    )
     stream, counts = dataset.train_stream(cfg.data, workdir, tokenizer, spec, position)
     progress = Progress(cfg.train.num_steps, is_main(), progress_stream)
-    progress.message(f"tx: {json.dumps(counts)} | mesh {dict(mesh.shape)} | "
-                     f"start step {int(state.step)}")
-    dev = dataset.split_ids(cfg.data, workdir, tokenizer, "dev") if cfg.train.eval_every_steps \
+    progress.message(
+        f"tx: {json.dumps(counts)} | mesh {dict(mesh.shape)} | start step {int(state.step)}"
+    )
+    dev = (
+        dataset.split_ids(cfg.data, workdir, tokenizer, "dev")
+        if cfg.train.eval_every_steps
         else None
+    )
     try:
         return _loop(cfg, workdir, trainer, ckpt, state, stream, spec, progress, dev)
     finally:
         ckpt.close()
+
+
+def prepare_data(cfg: ml_collections.ConfigDict, workdir: str):
+    """Vocabulary and token caches, built once by process 0 while the others wait."""
+    if is_main():
+        tokenizer = dataset.vocabulary(cfg.data, workdir)
+        dataset.split_ids(cfg.data, workdir, tokenizer, "train")
+        if cfg.train.eval_every_steps:
+            dataset.split_ids(cfg.data, workdir, tokenizer, "dev")
+    barrier("tx-prepare-data")
+    return dataset.vocabulary(cfg.data, workdir)
 
 
 def _restore_or_init(trainer, ckpt: Checkpointer, seed: int, workdir: str, tokenizer):
@@ -193,8 +227,11 @@ def _loop(cfg, workdir, trainer, ckpt, state, stream, spec, progress, dev) -> di
     t = cfg.train
     step_fn, eval_fn = jit_train_step(trainer), jit_eval_step(trainer)
     mc = trainer.model.config
-    throughput = Throughput(lambda s, g, ls, lt: train_flops_per_step(mc, s, g, ls, lt),
-                            jax.device_count(), peak_tflops(configured=t.peak_tflops))
+    throughput = Throughput(
+        lambda s, g, ls, lt: train_flops_per_step(mc, s, g, ls, lt),
+        jax.device_count(),
+        peak_tflops(configured=t.peak_tflops),
+    )
     summaries = Summaries(workdir, is_main())
     batches = dataset.prefetch(stream)
     step = int(state.step)
@@ -212,10 +249,12 @@ def _loop(cfg, workdir, trainer, ckpt, state, stream, spec, progress, dev) -> di
                 last = _report(window, throughput, progress, summaries, step)
             if t.eval_every_steps and dev is not None and step % t.eval_every_steps == 0:
                 window.check()
-                last.update(_dev_eval(trainer, eval_fn, state, dev, cfg, spec, progress,
-                                      summaries, step))
+                last.update(
+                    _dev_eval(trainer, eval_fn, state, dev, cfg, spec, progress, summaries, step)
+                )
             due = (t.checkpoint_every_steps and step % t.checkpoint_every_steps == 0) or (
-                t.checkpoint_every_secs and time.monotonic() - last_save >= t.checkpoint_every_secs)
+                t.checkpoint_every_secs and time.monotonic() - last_save >= t.checkpoint_every_secs
+            )
             stopping = _sync_flag(stop.received is not None)
             if _sync_flag(bool(due)) or stopping or step == t.num_steps:
                 window.check()  # never save a state after a non-finite step
@@ -251,8 +290,10 @@ class _Window:
     @staticmethod
     def _check_one(step, metrics):
         if not bool(metrics["finite"]):
-            raise Diverged(f"non-finite loss or gradient at step {step} (loss sum "
-                           f"{float(metrics['loss'])}); the last checkpoint before it is intact")
+            raise Diverged(
+                f"non-finite loss or gradient at step {step} (loss sum "
+                f"{float(metrics['loss'])}); the last checkpoint before it is intact"
+            )
 
     def check(self):
         if self.items:
@@ -264,8 +305,11 @@ class _Window:
         lr = float(self.items[-1][1]["learning_rate"])
         self.items = []
         w = max(sums["weight"], 1.0)
-        return {"loss": sums["loss"] / w, "perplexity": math.exp(sums["nll"] / w),
-                "learning_rate": lr}
+        return {
+            "loss": sums["loss"] / w,
+            "perplexity": math.exp(sums["nll"] / w),
+            "learning_rate": lr,
+        }
 
 
 def _report(window, throughput, progress, summaries, step) -> dict:
@@ -277,7 +321,9 @@ def _report(window, throughput, progress, summaries, step) -> dict:
 
 def _dev_eval(trainer, eval_fn, state, dev, cfg, spec, progress, summaries, step) -> dict:
     result = evaluate_loss(trainer, eval_fn, state.params, dev, cfg.data, spec)
-    progress.message(f"step {step}: dev loss {result['dev_loss']:.3f} | dev perplexity "
-                     f"{result['dev_perplexity']:.2f} | dev accuracy {result['dev_accuracy']:.3f}")
+    progress.message(
+        f"step {step}: dev loss {result['dev_loss']:.3f} | dev perplexity "
+        f"{result['dev_perplexity']:.2f} | dev accuracy {result['dev_accuracy']:.3f}"
+    )
     summaries.scalars(step, {k.replace("dev_", "dev/"): v for k, v in result.items()})
     return result

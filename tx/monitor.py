@@ -17,8 +17,16 @@ import jax
 # Dense bf16 peak TFLOP/s per device (PAPER.md, "Figures from later work"). Matched in order
 # against jax's device_kind.
 PEAK_TFLOPS = (
-    ("v6", 918.0), ("v5p", 459.0), ("v5 lite", 197.0), ("v5e", 197.0), ("v4", 275.0),
-    ("v3", 123.0), ("H200", 989.0), ("H100", 989.0), ("A100", 312.0), ("V100", 125.0),
+    ("v6", 918.0),
+    ("v5p", 459.0),
+    ("v5 lite", 197.0),
+    ("v5e", 197.0),
+    ("v4", 275.0),
+    ("v3", 123.0),
+    ("H200", 989.0),
+    ("H100", 989.0),
+    ("A100", 312.0),
+    ("V100", 125.0),
 )
 
 
@@ -43,8 +51,11 @@ def cpu_peak_tflops() -> float:
             info = f.read()
     except OSError:
         return 0.0
-    flags = set(re.search(r"^flags\s*:(.*)$", info, re.M).group(1).split()) if "flags" in info \
+    flags = (
+        set(re.search(r"^flags\s*:(.*)$", info, re.M).group(1).split())
+        if "flags" in info
         else set()
+    )
     mhz = [float(m) for m in re.findall(r"^cpu MHz\s*:\s*([\d.]+)", info, re.M)] or [2000.0]
     # Two FMA units x vector lanes x 2 FLOPs per FMA.
     per_cycle = 64 if "avx512f" in flags else 32 if "avx2" in flags else 8
@@ -73,9 +84,11 @@ class Progress:
         if not self.enabled:
             return
         eta = (self.total - step) * metrics.get("step_time", float("nan"))
-        line = (f"step {step}/{self.total} | loss {metrics['loss']:.3f} | "
-                f"lr {metrics['learning_rate']:.2e} | {metrics['tokens_per_sec'] / 1e3:.1f}k tok/s"
-                f" | MFU {100 * metrics['mfu']:.1f}% | ETA {_fmt_duration(eta)}")
+        line = (
+            f"step {step}/{self.total} | loss {metrics['loss']:.3f} | "
+            f"lr {metrics['learning_rate']:.2e} | {metrics['tokens_per_sec'] / 1e3:.1f}k tok/s"
+            f" | MFU {100 * metrics['mfu']:.1f}% | ETA {_fmt_duration(eta)}"
+        )
         if self.tty and not force_line:
             pad = " " * max(0, self._last_len - len(line))
             self.stream.write("\r" + line + pad)
@@ -138,8 +151,10 @@ class Throughput:
     def report(self) -> dict:
         elapsed = max(time.perf_counter() - self.start, 1e-9)
         peak = self.devices * self.peak * 1e12
-        out = {"tokens_per_sec": self.tokens / elapsed,
-               "step_time": elapsed / max(self.steps, 1),
-               "mfu": self.flops / elapsed / peak if peak > 0 else 0.0}
+        out = {
+            "tokens_per_sec": self.tokens / elapsed,
+            "step_time": elapsed / max(self.steps, 1),
+            "mfu": self.flops / elapsed / peak if peak > 0 else 0.0,
+        }
         self.reset()
         return out

@@ -34,12 +34,16 @@ def mesh_shape(shape_cfg, num_devices: int) -> tuple[int, ...]:
     known = math.prod(s for s in sizes if s != -1)
     if unknown:
         if num_devices % known:
-            raise MeshError(f"mesh.shape {dict(zip(AXES, sizes, strict=True))} does not divide "
-                            f"the {num_devices} devices")
+            raise MeshError(
+                f"mesh.shape {dict(zip(AXES, sizes, strict=True))} does not divide "
+                f"the {num_devices} devices"
+            )
         sizes[AXES.index(unknown[0])] = num_devices // known
     if math.prod(sizes) != num_devices:
-        raise MeshError(f"mesh.shape {dict(zip(AXES, sizes, strict=True))} needs "
-                        f"{math.prod(sizes)} devices, {num_devices} are present")
+        raise MeshError(
+            f"mesh.shape {dict(zip(AXES, sizes, strict=True))} needs "
+            f"{math.prod(sizes)} devices, {num_devices} are present"
+        )
     return tuple(sizes)
 
 
@@ -57,15 +61,19 @@ def make_mesh(mesh_cfg: ml_collections.ConfigDict, devices=None) -> Mesh:
 
 
 def rules(mesh_cfg: ml_collections.ConfigDict) -> tuple:
-    return tuple((name, tuple(axes) if isinstance(axes, list) else axes)
-                 for name, axes in mesh_cfg.rules)
+    return tuple(
+        (name, tuple(axes) if isinstance(axes, list) else axes) for name, axes in mesh_cfg.rules
+    )
 
 
 def check_model_fits(mesh: Mesh, num_heads: int, d_ff: int, vocab_size: int) -> None:
     """Fails early when the tensor axis cannot split the model's dimensions evenly."""
     t = mesh.shape["tensor"]
-    for name, size in (("model.num_heads", num_heads), ("model.d_ff", d_ff),
-                       ("model.vocab_size", vocab_size)):
+    for name, size in (
+        ("model.num_heads", num_heads),
+        ("model.d_ff", d_ff),
+        ("model.vocab_size", vocab_size),
+    ):
         if size % t:
             raise MeshError(f"{name}={size} is not divisible by mesh.shape.tensor={t}")
 

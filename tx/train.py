@@ -27,8 +27,14 @@ from tx.model import ModelConfig, Transformer
 from tx.optim import make_optimizer
 from tx.sharding import BATCH_AXES, logical_shardings
 
-MODEL_INPUTS = ("inputs", "targets", "inputs_segments", "targets_segments", "inputs_positions",
-                "targets_positions")
+MODEL_INPUTS = (
+    "inputs",
+    "targets",
+    "inputs_segments",
+    "targets_segments",
+    "inputs_positions",
+    "targets_positions",
+)
 
 
 class TrainState(flax.struct.PyTreeNode):
@@ -57,20 +63,34 @@ class Trainer:
 def _init_boxed(model: Transformer, optimizer, rng):
     tokens = jnp.ones((1, 8), jnp.int32)
     params = model.init({"params": rng}, tokens, tokens, deterministic=True)["params"]
-    return TrainState(step=jnp.zeros((), jnp.int32), params=params,
-                      opt_state=optimizer.init(params), rng=jax.random.fold_in(rng, 1))
+    return TrainState(
+        step=jnp.zeros((), jnp.int32),
+        params=params,
+        opt_state=optimizer.init(params),
+        rng=jax.random.fold_in(rng, 1),
+    )
 
 
-def make_trainer(cfg: ml_collections.ConfigDict, model_cfg: ModelConfig, mesh: Mesh,
-                 rules: tuple) -> Trainer:
+def make_trainer(
+    cfg: ml_collections.ConfigDict, model_cfg: ModelConfig, mesh: Mesh, rules: tuple
+) -> Trainer:
     model = Transformer(model_cfg)
     optimizer, schedule = make_optimizer(cfg.optim, model_cfg.d_model)
-    abstract = jax.eval_shape(functools.partial(_init_boxed, model, optimizer),
-                              jax.random.PRNGKey(0))
+    abstract = jax.eval_shape(
+        functools.partial(_init_boxed, model, optimizer), jax.random.PRNGKey(0)
+    )
     with mesh:
         shardings = logical_shardings(abstract, mesh, rules)
-    return Trainer(model, optimizer, schedule, mesh, rules, shardings,
-                   cfg.train.label_smoothing, cfg.train.micro_batches)
+    return Trainer(
+        model,
+        optimizer,
+        schedule,
+        mesh,
+        rules,
+        shardings,
+        cfg.train.label_smoothing,
+        cfg.train.micro_batches,
+    )
 
 
 def create_train_state(trainer: Trainer, seed: int) -> TrainState:
@@ -91,7 +111,8 @@ def abstract_train_state(trainer: Trainer) -> TrainState:
 
     shapes = jax.eval_shape(init, jax.random.PRNGKey(0))
     return jax.tree_util.tree_map(
-        lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh), shapes,
+        lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh),
+        shapes,
         trainer.state_sharding,
     )
 
@@ -100,8 +121,9 @@ def _loss_sums(trainer: Trainer, params, batch, rng, deterministic: bool):
     """Summed losses of one (micro-)batch; the model sees only its own inputs."""
     inputs = {k: batch[k] for k in MODEL_INPUTS if k in batch}
     rngs = None if deterministic else {"dropout": rng}
-    logits = trainer.model.apply({"params": params}, **inputs, deterministic=deterministic,
-                                 rngs=rngs)
+    logits = trainer.model.apply(
+        {"params": params}, **inputs, deterministic=deterministic, rngs=rngs
+    )
     weights = (batch["targets"] != PAD_ID).astype(jnp.float32)
     return cross_entropy(logits, batch["targets"], weights, trainer.label_smoothing)
 
@@ -151,10 +173,17 @@ def train_step(trainer: Trainer, state: TrainState, batch: dict):
     grad_norm = optax.global_norm(grads)
     finite = jnp.isfinite(sums["loss"]) & jnp.isfinite(grad_norm)
     keep = functools.partial(jax.tree_util.tree_map, lambda new, old: jnp.where(finite, new, old))
-    new_state = state.replace(step=state.step + 1, params=keep(params, state.params),
-                              opt_state=keep(opt_state, state.opt_state))
-    metrics = {**sums, "grad_norm": grad_norm, "finite": finite,
-               "learning_rate": trainer.schedule(state.step)}
+    new_state = state.replace(
+        step=state.step + 1,
+        params=keep(params, state.params),
+        opt_state=keep(opt_state, state.opt_state),
+    )
+    metrics = {
+        **sums,
+        "grad_norm": grad_norm,
+        "finite": finite,
+        "learning_rate": trainer.schedule(state.step),
+    }
     return new_state, metrics
 
 
@@ -171,8 +200,12 @@ def jit_train_step(trainer: Trainer):
         with trainer.mesh, nn.logical_axis_rules(trainer.rules):
             return train_step(trainer, state, batch)
 
-    return jax.jit(step, in_shardings=(trainer.state_sharding, batch_sharding),
-                   out_shardings=(trainer.state_sharding, None), donate_argnums=(0,))
+    return jax.jit(
+        step,
+        in_shardings=(trainer.state_sharding, batch_sharding),
+        out_shardings=(trainer.state_sharding, None),
+        donate_argnums=(0,),
+    )
 
 
 def jit_eval_step(trainer: Trainer):

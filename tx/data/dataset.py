@@ -38,8 +38,14 @@ def vocabulary(data: ml_collections.ConfigDict, workdir: str) -> Tokenizer:
             logging.info("training a %d-piece %s vocabulary", data.vocab_size, data.spm_model_type)
             train = sources.load_split(data, "train")
             sentences = itertools.chain.from_iterable(iter(train))
-            train_tokenizer(sentences, workdir, data.vocab_size, data.spm_model_type,
-                            data.spm_sample_size, seed=data.shuffle_seed)
+            train_tokenizer(
+                sentences,
+                workdir,
+                data.vocab_size,
+                data.spm_model_type,
+                data.spm_sample_size,
+                seed=data.shuffle_seed,
+            )
     tokenizer = Tokenizer(path)
     if tokenizer.vocab_size != data.vocab_size:
         raise VocabularyError(
@@ -59,8 +65,9 @@ def _copy_atomic(src: str, dst: str) -> None:
     os.replace(tmp, dst)
 
 
-def split_ids(data: ml_collections.ConfigDict, workdir: str, tokenizer: Tokenizer,
-              split: str) -> TokenizedSplit:
+def split_ids(
+    data: ml_collections.ConfigDict, workdir: str, tokenizer: Tokenizer, split: str
+) -> TokenizedSplit:
     """Token ids of `split`, from the on-disk cache (tokenized once)."""
     text = sources.load_split(data, split)
     return tokenized(text, tokenizer, os.path.join(workdir, "data"), data.num_workers)
@@ -71,17 +78,31 @@ def split_text(data: ml_collections.ConfigDict, split: str) -> list[tuple[str, s
     return list(sources.load_split(data, split))
 
 
-def batch_spec(data: ml_collections.ConfigDict, row_multiple: int, process_index: int = 0,
-               process_count: int = 1) -> BatchSpec:
+def batch_spec(
+    data: ml_collections.ConfigDict,
+    row_multiple: int,
+    process_index: int = 0,
+    process_count: int = 1,
+) -> BatchSpec:
     return BatchSpec(
-        bucket_lengths=tuple(data.bucket_lengths), max_tokens=data.max_tokens,
-        max_len=data.max_len, row_multiple=row_multiple, process_index=process_index,
-        process_count=process_count, seed=data.shuffle_seed, pack=data.pack,
+        bucket_lengths=tuple(data.bucket_lengths),
+        max_tokens=data.max_tokens,
+        max_len=data.max_len,
+        row_multiple=row_multiple,
+        process_index=process_index,
+        process_count=process_count,
+        seed=data.shuffle_seed,
+        pack=data.pack,
     )
 
 
-def train_stream(data: ml_collections.ConfigDict, workdir: str, tokenizer: Tokenizer,
-                 spec: BatchSpec, position: dict | None = None) -> tuple[TrainStream, dict]:
+def train_stream(
+    data: ml_collections.ConfigDict,
+    workdir: str,
+    tokenizer: Tokenizer,
+    spec: BatchSpec,
+    position: dict | None = None,
+) -> tuple[TrainStream, dict]:
     """The resumable training stream and the filter counts (dropped pairs are logged)."""
     ids = split_ids(data, workdir, tokenizer, "train")
     keep, counts = filter_for_training(ids, data.max_len)

@@ -24,36 +24,79 @@ VERSION = 1  # bump when the generator changes: it is part of the token-cache fi
 
 # English singular, English plural, German singular, German plural, gender (m / f / n).
 NOUNS = [
-    ("dog", "dogs", "Hund", "Hunde", "m"), ("man", "men", "Mann", "Männer", "m"),
-    ("table", "tables", "Tisch", "Tische", "m"), ("chair", "chairs", "Stuhl", "Stühle", "m"),
-    ("tree", "trees", "Baum", "Bäume", "m"), ("apple", "apples", "Apfel", "Äpfel", "m"),
-    ("letter", "letters", "Brief", "Briefe", "m"), ("bird", "birds", "Vogel", "Vögel", "m"),
-    ("teacher", "teachers", "Lehrer", "Lehrer", "m"), ("friend", "friends", "Freund", "Freunde", "m"),
-    ("key", "keys", "Schlüssel", "Schlüssel", "m"), ("garden", "gardens", "Garten", "Gärten", "m"),
-    ("train", "trains", "Zug", "Züge", "m"), ("hat", "hats", "Hut", "Hüte", "m"),
-    ("cat", "cats", "Katze", "Katzen", "f"), ("woman", "women", "Frau", "Frauen", "f"),
-    ("flower", "flowers", "Blume", "Blumen", "f"), ("door", "doors", "Tür", "Türen", "f"),
-    ("lamp", "lamps", "Lampe", "Lampen", "f"), ("bag", "bags", "Tasche", "Taschen", "f"),
-    ("city", "cities", "Stadt", "Städte", "f"), ("street", "streets", "Straße", "Straßen", "f"),
-    ("clock", "clocks", "Uhr", "Uhren", "f"), ("bottle", "bottles", "Flasche", "Flaschen", "f"),
-    ("cow", "cows", "Kuh", "Kühe", "f"), ("mouse", "mice", "Maus", "Mäuse", "f"),
+    ("dog", "dogs", "Hund", "Hunde", "m"),
+    ("man", "men", "Mann", "Männer", "m"),
+    ("table", "tables", "Tisch", "Tische", "m"),
+    ("chair", "chairs", "Stuhl", "Stühle", "m"),
+    ("tree", "trees", "Baum", "Bäume", "m"),
+    ("apple", "apples", "Apfel", "Äpfel", "m"),
+    ("letter", "letters", "Brief", "Briefe", "m"),
+    ("bird", "birds", "Vogel", "Vögel", "m"),
+    ("teacher", "teachers", "Lehrer", "Lehrer", "m"),
+    ("friend", "friends", "Freund", "Freunde", "m"),
+    ("key", "keys", "Schlüssel", "Schlüssel", "m"),
+    ("garden", "gardens", "Garten", "Gärten", "m"),
+    ("train", "trains", "Zug", "Züge", "m"),
+    ("hat", "hats", "Hut", "Hüte", "m"),
+    ("cat", "cats", "Katze", "Katzen", "f"),
+    ("woman", "women", "Frau", "Frauen", "f"),
+    ("flower", "flowers", "Blume", "Blumen", "f"),
+    ("door", "doors", "Tür", "Türen", "f"),
+    ("lamp", "lamps", "Lampe", "Lampen", "f"),
+    ("bag", "bags", "Tasche", "Taschen", "f"),
+    ("city", "cities", "Stadt", "Städte", "f"),
+    ("street", "streets", "Straße", "Straßen", "f"),
+    ("clock", "clocks", "Uhr", "Uhren", "f"),
+    ("bottle", "bottles", "Flasche", "Flaschen", "f"),
+    ("cow", "cows", "Kuh", "Kühe", "f"),
+    ("mouse", "mice", "Maus", "Mäuse", "f"),
     ("sister", "sisters", "Schwester", "Schwestern", "f"),
-    ("house", "houses", "Haus", "Häuser", "n"), ("car", "cars", "Auto", "Autos", "n"),
-    ("book", "books", "Buch", "Bücher", "n"), ("child", "children", "Kind", "Kinder", "n"),
-    ("horse", "horses", "Pferd", "Pferde", "n"), ("window", "windows", "Fenster", "Fenster", "n"),
-    ("picture", "pictures", "Bild", "Bilder", "n"), ("boat", "boats", "Boot", "Boote", "n"),
-    ("ship", "ships", "Schiff", "Schiffe", "n"), ("glass", "glasses", "Glas", "Gläser", "n"),
-    ("shirt", "shirts", "Hemd", "Hemden", "n"), ("egg", "eggs", "Ei", "Eier", "n"),
+    ("house", "houses", "Haus", "Häuser", "n"),
+    ("car", "cars", "Auto", "Autos", "n"),
+    ("book", "books", "Buch", "Bücher", "n"),
+    ("child", "children", "Kind", "Kinder", "n"),
+    ("horse", "horses", "Pferd", "Pferde", "n"),
+    ("window", "windows", "Fenster", "Fenster", "n"),
+    ("picture", "pictures", "Bild", "Bilder", "n"),
+    ("boat", "boats", "Boot", "Boote", "n"),
+    ("ship", "ships", "Schiff", "Schiffe", "n"),
+    ("glass", "glasses", "Glas", "Gläser", "n"),
+    ("shirt", "shirts", "Hemd", "Hemden", "n"),
+    ("egg", "eggs", "Ei", "Eier", "n"),
 ]
-ANIMATE = {"dog", "man", "bird", "teacher", "friend", "cat", "woman", "cow", "mouse", "sister",
-           "child", "horse"}
+ANIMATE = {
+    "dog",
+    "man",
+    "bird",
+    "teacher",
+    "friend",
+    "cat",
+    "woman",
+    "cow",
+    "mouse",
+    "sister",
+    "child",
+    "horse",
+}
 
 # English, German stem; English order: opinion/size/age before colour (two at most).
 ADJECTIVES = [
-    ("small", "klein"), ("big", "groß"), ("old", "alt"), ("new", "neu"), ("young", "jung"),
-    ("beautiful", "schön"), ("cheap", "billig"), ("fast", "schnell"), ("cold", "kalt"),
-    ("warm", "warm"), ("red", "rot"), ("green", "grün"), ("blue", "blau"), ("black", "schwarz"),
-    ("white", "weiß"), ("yellow", "gelb"),
+    ("small", "klein"),
+    ("big", "groß"),
+    ("old", "alt"),
+    ("new", "neu"),
+    ("young", "jung"),
+    ("beautiful", "schön"),
+    ("cheap", "billig"),
+    ("fast", "schnell"),
+    ("cold", "kalt"),
+    ("warm", "warm"),
+    ("red", "rot"),
+    ("green", "grün"),
+    ("blue", "blau"),
+    ("black", "schwarz"),
+    ("white", "weiß"),
+    ("yellow", "gelb"),
 ]
 COLOURS = {"red", "green", "blue", "black", "white", "yellow"}
 
@@ -78,25 +121,48 @@ VERBS = [
 ]
 HAVE = {"1sg": "habe", "3sg": "hat", "pl": "haben"}
 
-PRONOUNS = [("I", "ich", "1sg"), ("he", "er", "3sg"), ("she", "sie", "3sg"),
-            ("we", "wir", "pl"), ("they", "sie", "pl")]
+PRONOUNS = [
+    ("I", "ich", "1sg"),
+    ("he", "er", "3sg"),
+    ("she", "sie", "3sg"),
+    ("we", "wir", "pl"),
+    ("they", "sie", "pl"),
+]
 
-MONTHS = [("January", "Januar"), ("February", "Februar"), ("March", "März"), ("April", "April"),
-          ("May", "Mai"), ("June", "Juni"), ("July", "Juli"), ("August", "August"),
-          ("September", "September"), ("October", "Oktober"), ("November", "November"),
-          ("December", "Dezember")]
+MONTHS = [
+    ("January", "Januar"),
+    ("February", "Februar"),
+    ("March", "März"),
+    ("April", "April"),
+    ("May", "Mai"),
+    ("June", "Juni"),
+    ("July", "Juli"),
+    ("August", "August"),
+    ("September", "September"),
+    ("October", "Oktober"),
+    ("November", "November"),
+    ("December", "Dezember"),
+]
 
-REPORTERS = [("I know", "ich weiß"), ("she says", "sie sagt"), ("we believe", "wir glauben"),
-             ("he thinks", "er denkt"), ("they hope", "sie hoffen")]
+REPORTERS = [
+    ("I know", "ich weiß"),
+    ("she says", "sie sagt"),
+    ("we believe", "wir glauben"),
+    ("he thinks", "er denkt"),
+    ("they hope", "sie hoffen"),
+]
 
-DEFINITE = {"nom": {"m": "der", "f": "die", "n": "das", "pl": "die"},
-            "acc": {"m": "den", "f": "die", "n": "das", "pl": "die"},
-            "dat": {"m": "dem", "f": "der", "n": "dem", "pl": "den"}}
-INDEFINITE = {"nom": {"m": "ein", "f": "eine", "n": "ein"},
-              "acc": {"m": "einen", "f": "eine", "n": "ein"},
-              "dat": {"m": "einem", "f": "einer", "n": "einem"}}
-MY = {case: {g: "m" + art for g, art in forms.items()}
-      for case, forms in INDEFINITE.items()}
+DEFINITE = {
+    "nom": {"m": "der", "f": "die", "n": "das", "pl": "die"},
+    "acc": {"m": "den", "f": "die", "n": "das", "pl": "die"},
+    "dat": {"m": "dem", "f": "der", "n": "dem", "pl": "den"},
+}
+INDEFINITE = {
+    "nom": {"m": "ein", "f": "eine", "n": "ein"},
+    "acc": {"m": "einen", "f": "eine", "n": "ein"},
+    "dat": {"m": "einem", "f": "einer", "n": "einem"},
+}
+MY = {case: {g: "m" + art for g, art in forms.items()} for case, forms in INDEFINITE.items()}
 MY_PLURAL = {"nom": "meine", "acc": "meine", "dat": "meinen"}
 
 
@@ -112,8 +178,9 @@ def _de_number(n: int) -> str:
 _COUNTS = [n for n in range(2, 1000) if n % 100 != 1]
 _NUM_EN = {n: _en_number(n) for n in _COUNTS}
 _NUM_DE = {n: _de_number(n) for n in _COUNTS}
-_YEARS = {y: (num2words(y, to="year"), num2words(y, lang="de", to="year"))
-          for y in range(1900, 2031)}
+_YEARS = {
+    y: (num2words(y, to="year"), num2words(y, lang="de", to="year")) for y in range(1900, 2031)
+}
 _ORD_EN = {d: num2words(d, to="ordinal") for d in range(1, 32)}
 _ORD_DE_DAT = {d: num2words(d, lang="de", to="ordinal") + "n" for d in range(1, 32)}
 
@@ -139,8 +206,14 @@ def _noun_phrase(rng: random.Random, case: str, noun=None) -> tuple[str, str, st
     kind = rng.choice(["def", "indef", "my", "count", "def_pl", "my_pl"])
     plural = kind in ("count", "def_pl", "my_pl")
     g = "pl" if plural else gender
-    det_kind = {"def": "def", "def_pl": "def", "indef": "indef", "my": "indef",
-                "my_pl": "def", "count": "none"}[kind]
+    det_kind = {
+        "def": "def",
+        "def_pl": "def",
+        "indef": "indef",
+        "my": "indef",
+        "my_pl": "def",
+        "count": "none",
+    }[kind]
     ending = _adjective_ending(det_kind, case, g)
     de_adjs = [stem + ending for _, stem in adjs]
     en_adjs = [en for en, _ in adjs]

@@ -68,14 +68,19 @@ def filter_for_training(split: TokenizedSplit, max_len: int) -> tuple[np.ndarray
     empty = (src <= 1) | (tgt <= 1)
     too_long = ~empty & ((src > max_len) | (tgt > max_len))
     keep = np.flatnonzero(~empty & ~too_long)
-    counts = {"total": len(src), "kept": len(keep), "dropped_empty": int(empty.sum()),
-              "dropped_too_long": int(too_long.sum())}
+    counts = {
+        "total": len(src),
+        "kept": len(keep),
+        "dropped_empty": int(empty.sum()),
+        "dropped_too_long": int(too_long.sum()),
+    }
     logging.info("training pairs: %s", counts)
     return keep, counts
 
 
-def plan_epoch(src_len: np.ndarray, tgt_len: np.ndarray, keep: np.ndarray, spec: BatchSpec,
-               epoch: int) -> list[PlannedBatch]:
+def plan_epoch(
+    src_len: np.ndarray, tgt_len: np.ndarray, keep: np.ndarray, spec: BatchSpec, epoch: int
+) -> list[PlannedBatch]:
     """The shuffled list of global batches of one epoch (every kept pair exactly once)."""
     rng = np.random.default_rng([spec.seed, epoch])
     order = keep[rng.permutation(len(keep))]
@@ -157,8 +162,9 @@ class TrainStream:
     `position` is {"epoch": e, "batch": b}: the next batch `next()` returns.
     """
 
-    def __init__(self, split: TokenizedSplit, keep: np.ndarray, spec: BatchSpec,
-                 position: dict | None = None):
+    def __init__(
+        self, split: TokenizedSplit, keep: np.ndarray, spec: BatchSpec, position: dict | None = None
+    ):
         if spec.process_count > 1 and spec.row_multiple % spec.process_count:
             raise ValueError(
                 f"data shards ({spec.row_multiple}) must be a multiple of the process count "
@@ -198,12 +204,16 @@ def padding_efficiency(split: TokenizedSplit, keep: np.ndarray, spec: BatchSpec)
     plan = plan_epoch(split.src_lengths, split.tgt_lengths, keep, spec, 0)
     real = int(split.src_lengths[keep].sum() + split.tgt_lengths[keep].sum())
     total = sum(2 * len(b.rows) * b.length for b in plan)
-    return {"efficiency": real / total, "batches": len(plan),
-            "shapes": sorted({(len(b.rows), b.length) for b in plan})}
+    return {
+        "efficiency": real / total,
+        "batches": len(plan),
+        "shapes": sorted({(len(b.rows), b.length) for b in plan}),
+    }
 
 
-def eval_batches(lengths: np.ndarray, batch_tokens: int, bucket_lengths: tuple[int, ...],
-                 row_multiple: int = 1) -> list[tuple[int, np.ndarray]]:
+def eval_batches(
+    lengths: np.ndarray, batch_tokens: int, bucket_lengths: tuple[int, ...], row_multiple: int = 1
+) -> list[tuple[int, np.ndarray]]:
     """Length-sorted batches over ALL sentences (nothing dropped), for decoding and dev loss.
 
     Returns (padded length, indices) pairs; indices hold -1 for padding rows, so each bucket

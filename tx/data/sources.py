@@ -74,9 +74,7 @@ def text_split(prefix: str, src_lang: str, tgt_lang: str) -> ParallelText:
             raise DataError(f"data file not found: {path}")
     n_src, n_tgt = _count_lines(src_path), _count_lines(tgt_path)
     if n_src != n_tgt:
-        raise DataError(
-            f"line counts differ: {src_path} has {n_src} lines, {tgt_path} has {n_tgt}"
-        )
+        raise DataError(f"line counts differ: {src_path} has {n_src} lines, {tgt_path} has {n_tgt}")
     fingerprint = _sha(_file_digest(src_path) + _file_digest(tgt_path))
 
     def pairs():
@@ -100,7 +98,9 @@ def _read_lines(path: str) -> Iterator[str]:
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as e:
-                raise DataError(f"{path}:{lineno}: invalid UTF-8 ({e.reason} at byte {e.start})")
+                raise DataError(
+                    f"{path}:{lineno}: invalid UTF-8 ({e.reason} at byte {e.start})"
+                ) from None
             yield line.rstrip("\r\n").strip()
 
 
@@ -112,8 +112,9 @@ def _file_digest(path: str) -> str:
     return h.hexdigest()
 
 
-def tfds_split(name: str, split: str, src_lang: str, tgt_lang: str,
-               data_dir: str | None = None) -> ParallelText:
+def tfds_split(
+    name: str, split: str, src_lang: str, tgt_lang: str, data_dir: str | None = None
+) -> ParallelText:
     """A TFDS translation dataset, e.g. "wmt14_translate/de-en" (downloaded on first use)."""
     import tensorflow_datasets as tfds
 
@@ -130,7 +131,9 @@ def tfds_split(name: str, split: str, src_lang: str, tgt_lang: str,
         try:
             ds = tfds.load(name, split=tfds_split_name, data_dir=data_dir, shuffle_files=False)
         except Exception as e:  # noqa: BLE001 - TFDS raises many kinds; say which dataset failed
-            raise DataError(f"cannot load TFDS dataset {name!r} split {tfds_split_name!r}: {e}")
+            raise DataError(
+                f"cannot load TFDS dataset {name!r} split {tfds_split_name!r}: {e}"
+            ) from e
         for ex in tfds.as_numpy(ds):
             yield ex[src_lang].decode("utf-8").strip(), ex[tgt_lang].decode("utf-8").strip()
 

@@ -52,8 +52,9 @@ class TokenizedSplit:
         return self.tgt_ids[self.tgt_offsets[i] : self.tgt_offsets[i + 1]]
 
 
-def tokenized(text: ParallelText, tokenizer: Tokenizer, cache_dir: str,
-              num_workers: int = 0) -> TokenizedSplit:
+def tokenized(
+    text: ParallelText, tokenizer: Tokenizer, cache_dir: str, num_workers: int = 0
+) -> TokenizedSplit:
     """The cached ids of `text`, tokenizing (in `num_workers` processes) on first use."""
     path = os.path.join(cache_dir, f"{text.fingerprint}-{tokenizer.fingerprint[:16]}")
     if not os.path.isdir(path):

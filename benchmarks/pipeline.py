@@ -1,0 +1,82 @@
+"""Input pipeline: batches/s and tokens/s of the training stream, and padding efficiency of
+length buckets vs packing, on the demo corpus and on a WMT-like length distribution.
+
+    python benchmarks/pipeline.py [--workdir runs/bench_pipeline]
+"""
+
+import argparse
+import dataclasses
+import os
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from common import save  # noqa: E402
+
+from tx.config import load_config  # noqa: E402
+from tx.data import dataset  # noqa: E402
+from tx.data.pipeline import BatchSpec, filter_for_training, padding_efficiency  # noqa: E402
+from tx.data.token_cache import TokenizedSplit  # noqa: E402
+
+
+def wmt_like(n=200_000, seed=0) -> TokenizedSplit:
+    """Sub-word lengths shaped like WMT14 EN-DE under a 37k BPE (log-normal, mean ~30)."""
+    rng = np.random.default_rng(seed)
+    src = np.clip(rng.lognormal(3.2, 0.55, n).astype(int), 2, 400)
+    tgt = np.clip((src * rng.normal(1.1, 0.12, n)).astype(int), 2, 400)
+    zeros = lambda k: np.zeros(int(k), np.int32)  # noqa: E731
+    return TokenizedSplit(
+        zeros(src.sum()),
+        np.concatenate([[0], np.cumsum(src)]),
+        zeros(tgt.sum()),
+        np.concatenate([[0], np.cumsum(tgt)]),
+    )
+
+
+def stream_speed(stream, seconds=10.0) -> dict:
+    start, n_batches, tokens = time.perf_counter(), 0, 0
+    while time.perf_counter() - start < seconds:
+        b = next(stream)
+        tokens += int((b["inputs"] > 0).sum() + (b["targets"] > 0).sum())
+        n_batches += 1
+    elapsed = time.perf_counter() - start
+    return {"batches_per_sec": n_batches / elapsed, "tokens_per_sec": tokens / elapsed}
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--workdir", default="runs/bench_pipeline")
+    args = p.parse_args()
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    out = {}
+    base = load_config(os.path.join(root, "configs", "base.py"))
+    wmt = wmt_like()
+    keep, _ = filter_for_training(wmt, base.data.max_len)
+    spec = BatchSpec(
+        tuple(base.data.bucket_lengths), base.data.max_tokens, base.data.max_len, row_multiple=8
+    )
+    out["wmt_like_buckets"] = padding_efficiency(wmt, keep, spec)
+    out["wmt_like_packed"] = padding_efficiency(wmt, keep, dataclasses.replace(spec, pack=True))
+    demo = load_config(os.path.join(root, "configs", "demo.py"))
+    tok = dataset.vocabulary(demo.data, args.workdir)
+    start = time.perf_counter()
+    ids = dataset.split_ids(demo.data, args.workdir, tok, "train")
+    out["demo_tokenize_seconds"] = time.perf_counter() - start
+    keep, _ = filter_for_training(ids, demo.data.max_len)
+    dspec = dataset.batch_spec(demo.data, 1)
+    out["demo_packed"] = padding_efficiency(ids, keep, dspec)
+    out["demo_buckets"] = padding_efficiency(ids, keep, dataclasses.replace(dspec, pack=False))
+    stream, _ = dataset.train_stream(demo.data, args.workdir, tok, dspec)
+    out["demo_stream"] = stream_speed(stream)
+    out["demo_stream_prefetched"] = stream_speed(dataset.prefetch(stream))
+    for v in out.values():
+        if isinstance(v, dict) and "shapes" in v:
+            v["shapes"] = [list(s) for s in v["shapes"]]
+    save("pipeline", out)
+
+
+if __name__ == "__main__":
+    main()

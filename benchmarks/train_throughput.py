@@ -1,0 +1,76 @@
+"""Training throughput: tokens/s and MFU of the train step for a config, on this machine.
+
+    python benchmarks/train_throughput.py --config configs/base.py --steps 3 [--rows 8]
+Synthetic batches of the longest bucket; the first step (compilation) is not timed.
+"""
+
+import argparse
+import os
+import sys
+import time
+
+import jax
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from common import save  # noqa: E402
+
+from tx import sharding  # noqa: E402
+from tx.config import load_config, model_config  # noqa: E402
+from tx.counting import train_flops_per_step  # noqa: E402
+from tx.monitor import peak_tflops  # noqa: E402
+from tx.train import create_train_state, jit_train_step, make_trainer  # noqa: E402
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--config", default="configs/base.py")
+    p.add_argument("--steps", type=int, default=3)
+    p.add_argument("--rows", type=int, default=0, help="rows per step (0: from data.max_tokens)")
+    p.add_argument("--length", type=int, default=32)
+    p.add_argument("--dtype", default="", help="override model.dtype")
+    args = p.parse_args()
+    overrides = [f"model.dtype={args.dtype}"] if args.dtype else []
+    cfg = load_config(args.config, overrides)
+    mc = model_config(cfg)
+    mesh = sharding.make_mesh(cfg.mesh)
+    trainer = make_trainer(cfg, mc, mesh, sharding.rules(cfg.mesh))
+    state = create_train_state(trainer, 0)
+    step = jit_train_step(trainer)
+    rows = args.rows or cfg.data.max_tokens // args.length
+    rows = max(1, rows // sharding.data_shards(mesh)) * sharding.data_shards(mesh)
+    rng = np.random.default_rng(0)
+    batch = {
+        k: rng.integers(4, mc.vocab_size, (rows, args.length)).astype(np.int32)
+        for k in ("inputs", "targets")
+    }
+    batch = sharding.global_batch(batch, mesh)
+    state, m = step(state, batch)
+    jax.block_until_ready(m)
+    start = time.perf_counter()
+    for _ in range(args.steps):
+        state, m = step(state, batch)
+    jax.block_until_ready(m)
+    elapsed = (time.perf_counter() - start) / args.steps
+    tokens = rows * args.length
+    flops = train_flops_per_step(mc, tokens, tokens, args.length, args.length)
+    peak = peak_tflops(configured=cfg.train.peak_tflops) * jax.device_count()
+    save(
+        f"train_throughput_{os.path.basename(args.config).removesuffix('.py')}",
+        {
+            "config": args.config,
+            "dtype": mc.dtype,
+            "rows": rows,
+            "length": args.length,
+            "seconds_per_step": elapsed,
+            "tokens_per_sec": 2 * tokens / elapsed,
+            "model_tflops_per_sec": flops / elapsed / 1e12,
+            "peak_tflops_assumed": peak,
+            "mfu": flops / elapsed / (peak * 1e12) if peak else None,
+        },
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,93 @@
+"""The commands users run every day, on a tiny trained workdir."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tx.config import load_config
+from tx.loop import train
+from tx.translate import load_model, translate
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory, root):
+    path = str(tmp_path_factory.mktemp("cli"))
+    cfg = load_config(
+        str(root / "configs" / "tiny.py"), ["train.num_steps=20", "train.checkpoint_every_steps=5"]
+    )
+    train(cfg, path)
+    return path
+
+
+def run_tx(root, *args, stdin=None):
+    res = subprocess.run(
+        [sys.executable, "-m", "tx", *args],
+        cwd=root,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    return res.stdout
+
+
+def test_translate_keeps_order_and_empty_lines(root, workdir):
+    cfg = load_config(os.path.join(workdir, "config.json"))
+    loaded = load_model(cfg, workdir)
+    lines = [
+        "The dog sees a cat.",
+        "",
+        "I know that the man buys two hundred red cars.",
+        "   ",
+        "We count three small birds.",
+    ]
+    together = translate(loaded, lines, cfg)
+    assert len(together) == len(lines) and together[1] == "" and together[3] == ""
+    for line, out in zip(lines, together, strict=True):
+        if line.strip():
+            assert translate(loaded, [line], cfg) == [out]  # batching does not reorder
+
+
+def test_translate_cli_reads_stdin_and_files(root, workdir, tmp_path):
+    text = "The dog sees a cat.\n\nWe count three small birds.\n"
+    out = run_tx(root, "translate", "--workdir", workdir, stdin=text)
+    assert len(out.splitlines()) == 3 and out.splitlines()[1] == ""
+    (tmp_path / "in.txt").write_text(text)
+    run_tx(
+        root,
+        "translate",
+        "--workdir",
+        workdir,
+        "--input",
+        str(tmp_path / "in.txt"),
+        "--output",
+        str(tmp_path / "out.txt"),
+    )
+    assert (tmp_path / "out.txt").read_text() == out
+
+
+def test_average_then_evaluate_json(root, workdir):
+    avg = json.loads(run_tx(root, "average", "--workdir", workdir, "--last", "3").splitlines()[-1])
+    assert avg["steps"] == [10, 15, 20]
+    result = json.loads(
+        run_tx(root, "evaluate", "--workdir", workdir, "--split", "test", "--json").splitlines()[-1]
+    )
+    assert {"bleu", "bleu_signature", "tok_bleu", "chrf", "num_sentences"} <= set(result)
+    assert result["num_sentences"] == 500 and result["checkpoint"].startswith("averaged/20")
+    with open(result["hypotheses_file"]) as f:
+        assert len(f.read().splitlines()) == 500
+
+
+def test_translate_with_a_missing_checkpoint_fails_clearly(root, workdir):
+    res = subprocess.run(
+        [sys.executable, "-m", "tx", "translate", "--workdir", workdir, "--checkpoint", "999"],
+        cwd=root,
+        input="x\n",
+        capture_output=True,
+        text=True,
+    )
+    assert res.returncode != 0 and "no checkpoint at step 999" in res.stderr

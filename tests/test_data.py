@@ -1,0 +1,331 @@
+"""The input pipeline: sources, vocabulary, token cache, batching, bad input."""
+
+import dataclasses
+import itertools
+
+import numpy as np
+import pytest
+
+from tx.config import load_config
+from tx.data import dataset, demo_corpus, sources
+from tx.data.pipeline import (
+    POSITION_KEY,
+    BatchSpec,
+    TrainStream,
+    eval_batches,
+    filter_for_training,
+    plan_epoch,
+)
+from tx.data.token_cache import TokenizedSplit, tokenized
+from tx.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer, VocabularyError
+
+
+# ---------------------------------------------------------------- demo corpus
+def test_demo_corpus_is_deterministic_and_seeded():
+    a = list(demo_corpus.generate("train", 0, 300))
+    assert a == list(demo_corpus.generate("train", 0, 300))
+    assert a != list(demo_corpus.generate("train", 1, 300))
+    assert len({en for en, _ in a}) == 300  # distinct pairs
+
+
+def test_demo_splits_are_disjoint():
+    train = {en for en, _ in demo_corpus.generate("train", 0, 20000)}
+    dev = {en for en, _ in demo_corpus.generate("dev", 0, 200)}
+    test = {en for en, _ in demo_corpus.generate("test", 0, 200)}
+    assert not (train & dev) and not (train & test) and not (dev & test)
+
+
+@pytest.mark.parametrize(
+    "det,case,gender,ending",
+    [
+        ("def", "nom", "m", "e"),  # der kleine Hund
+        ("def", "acc", "m", "en"),  # den kleinen Hund
+        ("def", "acc", "f", "e"),  # die kleine Katze
+        ("def", "dat", "n", "en"),  # dem kleinen Auto
+        ("indef", "nom", "m", "er"),  # ein kleiner Hund
+        ("indef", "nom", "n", "es"),  # ein kleines Auto
+        ("indef", "acc", "m", "en"),  # einen kleinen Hund
+        ("indef", "dat", "f", "en"),  # einer kleinen Katze
+        ("none", "nom", "pl", "e"),  # drei kleine Hunde
+        ("none", "dat", "pl", "en"),  # mit drei kleinen Hunden
+        ("def", "nom", "pl", "en"),  # die kleinen Hunde
+    ],
+)
+def test_german_adjective_endings(det, case, gender, ending):
+    assert demo_corpus._adjective_ending(det, case, gender) == ending
+
+
+def test_demo_numbers_put_units_before_tens():
+    assert demo_corpus._NUM_DE[242] == "zweihundertzweiundvierzig"
+    assert demo_corpus._NUM_EN[242] == "two hundred forty-two"
+    assert demo_corpus._YEARS[1994] == ("nineteen ninety-four", "neunzehnhundertvierundneunzig")
+    assert demo_corpus._ORD_DE_DAT[3] == "dritten" and demo_corpus._ORD_EN[3] == "third"
+
+
+def test_demo_sentences_follow_german_word_order():
+    pairs = list(demo_corpus.generate("train", 0, 3000))
+    reported = [(e, d) for e, d in pairs if ", dass " in d]
+    assert reported
+    # "that S V O" -> "dass S O V": the German clause ends with the verb (or participle+aux).
+    finals = (
+        {v[5] for v in demo_corpus.VERBS}
+        | {v[6] for v in demo_corpus.VERBS}
+        | {v[4] for v in demo_corpus.VERBS}
+        | set(demo_corpus.HAVE.values())
+    )
+    assert all(d.rstrip(".").split()[-1] in finals for _, d in reported)
+    fronted = [(e, d) for e, d in pairs if e.startswith("On the ")]
+    assert all(d.startswith("Am ") for _, d in fronted)
+
+
+# ---------------------------------------------------------------- text files
+def write(path, text, mode="w"):
+    with open(path, mode) as f:
+        f.write(text)
+
+
+def test_text_source_reads_aligned_files_and_accepts_crlf(tmp_path):
+    write(tmp_path / "train.en", "Hello world\r\nSecond line\r\n")
+    write(tmp_path / "train.de", "Hallo Welt\nZweite Zeile")  # no final newline
+    text = sources.text_split(str(tmp_path / "train"), "en", "de")
+    assert list(text) == [("Hello world", "Hallo Welt"), ("Second line", "Zweite Zeile")]
+
+
+def test_text_source_line_count_mismatch_names_both_files(tmp_path):
+    write(tmp_path / "x.en", "a\nb\nc\n")
+    write(tmp_path / "x.de", "a\nb\n")
+    with pytest.raises(sources.DataError) as e:
+        sources.text_split(str(tmp_path / "x"), "en", "de")
+    msg = str(e.value)
+    assert "x.en has 3 lines" in msg and "x.de has 2" in msg
+
+
+def test_text_source_invalid_utf8_names_file_and_line(tmp_path):
+    write(tmp_path / "y.en", "ok\nfine\n")
+    write(tmp_path / "y.de", b"gut\n\xff\xfe kaputt\n", mode="wb")
+    with pytest.raises(sources.DataError, match=r"y\.de:2: invalid UTF-8"):
+        list(sources.text_split(str(tmp_path / "y"), "en", "de"))
+
+
+def test_text_source_missing_file(tmp_path):
+    write(tmp_path / "z.en", "a\n")
+    with pytest.raises(sources.DataError, match=r"not found: .*z\.de"):
+        sources.text_split(str(tmp_path / "z"), "en", "de")
+
+
+def test_text_source_fingerprint_follows_content(tmp_path):
+    write(tmp_path / "f.en", "a\n")
+    write(tmp_path / "f.de", "b\n")
+    before = sources.text_split(str(tmp_path / "f"), "en", "de").fingerprint
+    write(tmp_path / "f.de", "c\n")
+    assert sources.text_split(str(tmp_path / "f"), "en", "de").fingerprint != before
+
+
+# ---------------------------------------------------------------- TFDS
+def test_tfds_wmt14_path_under_mock_data():
+    tfds = pytest.importorskip("tensorflow_datasets")
+    with tfds.testing.mock_data(num_examples=7):
+        text = sources.tfds_split("wmt14_translate/de-en", "dev", "en", "de")
+        pairs = list(text)
+    assert len(pairs) == 7
+    assert all(isinstance(s, str) and isinstance(t, str) for s, t in pairs)
+    assert sources.TFDS_SPLITS["dev"] == "validation" and sources.TFDS_SPLITS["test"] == "test"
+
+
+def test_tfds_direction_must_match_the_pair():
+    with pytest.raises(sources.DataError, match="language pair"):
+        sources.tfds_split("wmt14_translate/fr-en", "train", "en", "de")
+
+
+# ---------------------------------------------------------------- vocabulary and cache
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory, root):
+    cfg = load_config(str(root / "configs" / "tiny.py"))
+    workdir = str(tmp_path_factory.mktemp("tiny"))
+    tok = dataset.vocabulary(cfg.data, workdir)
+    return cfg, workdir, tok
+
+
+def test_vocabulary_reserved_ids_and_round_trip(tiny_run):
+    _, _, tok = tiny_run
+    assert (tok.sp.pad_id(), tok.sp.eos_id(), tok.sp.unk_id(), tok.sp.bos_id()) == (
+        PAD_ID,
+        EOS_ID,
+        UNK_ID,
+        BOS_ID,
+    )
+    ids = tok.encode("The dog sees a cat.")
+    assert ids[-1] == EOS_ID and PAD_ID not in ids
+    assert tok.decode(ids) == "The dog sees a cat."
+    assert tok.encode("") == [EOS_ID]
+
+
+def test_vocabulary_is_reused_never_retrained(tiny_run, monkeypatch):
+    cfg, workdir, tok = tiny_run
+    import tx.data.dataset as ds
+
+    monkeypatch.setattr(ds, "train_tokenizer", lambda *a, **k: pytest.fail("retrained"))
+    assert dataset.vocabulary(cfg.data, workdir).fingerprint == tok.fingerprint
+    cfg2 = cfg.copy_and_resolve_references()
+    cfg2.data.vocab_size = 500
+    with pytest.raises(VocabularyError, match="300 pieces but data.vocab_size=500"):
+        dataset.vocabulary(cfg2.data, workdir)
+
+
+def test_token_cache_is_written_once(tiny_run, monkeypatch, tmp_path):
+    cfg, workdir, tok = tiny_run
+    text = sources.demo_split(cfg.data, "dev")
+    first = tokenized(text, tok, str(tmp_path), num_workers=1)
+    monkeypatch.setattr(Tokenizer, "encode_batch", lambda *a: pytest.fail("re-tokenized"))
+    again = tokenized(text, tok, str(tmp_path), num_workers=1)
+    np.testing.assert_array_equal(first.src_ids, again.src_ids)
+    assert len(first) == sources.DEMO_EVAL_SIZE
+    src, _ = next(iter(text))
+    assert list(first.src(0)) == Tokenizer(tok.path).encode(src)
+
+
+def test_token_cache_with_two_workers_matches_one(tiny_run, tmp_path):
+    cfg, _, tok = tiny_run
+    text = sources.demo_split(cfg.data, "train")
+    one = tokenized(text, tok, str(tmp_path / "a"), num_workers=1)
+    two = tokenized(text, tok, str(tmp_path / "b"), num_workers=2)
+    np.testing.assert_array_equal(one.tgt_ids, two.tgt_ids)
+    np.testing.assert_array_equal(one.src_offsets, two.src_offsets)
+
+
+# ---------------------------------------------------------------- batching
+def synthetic_split(n=500, seed=0, max_len=60):
+    rng = np.random.default_rng(seed)
+    src_len = rng.integers(1, max_len, n)
+    tgt_len = np.clip(src_len + rng.integers(-5, 6, n), 1, max_len)
+
+    def pack(lengths, base):
+        ids = [np.arange(base, base + k, dtype=np.int32) % 1000 + 4 for k in lengths]
+        ids = [np.append(x[:-1], EOS_ID) for x in ids]
+        return np.concatenate(ids), np.concatenate([[0], np.cumsum(lengths)])
+
+    s_ids, s_off = pack(src_len, 0)
+    t_ids, t_off = pack(tgt_len, 7)
+    return TokenizedSplit(s_ids, s_off, t_ids, t_off)
+
+
+def test_filter_counts_empty_and_too_long():
+    split = synthetic_split()
+    keep, counts = filter_for_training(split, max_len=40)
+    src, tgt = split.src_lengths, split.tgt_lengths
+    assert counts["dropped_empty"] == int(((src <= 1) | (tgt <= 1)).sum())
+    assert counts["kept"] + counts["dropped_empty"] + counts["dropped_too_long"] == len(src)
+    assert (src[keep] <= 40).all() and (tgt[keep] <= 40).all() and (src[keep] > 1).all()
+
+
+@pytest.mark.parametrize("pack", [False, True])
+def test_batches_respect_budget_and_cover_each_pair_once(pack):
+    split = synthetic_split()
+    keep, _ = filter_for_training(split, 48)
+    spec = BatchSpec(
+        (8, 16, 24, 32, 48), max_tokens=256, max_len=48, row_multiple=4, seed=3, pack=pack
+    )
+    plan = plan_epoch(split.src_lengths, split.tgt_lengths, keep, spec, epoch=0)
+    seen = []
+    for b in plan:
+        assert len(b.rows) * b.length <= 256 and len(b.rows) % 4 == 0
+        for row in b.rows:
+            assert split.src_lengths[row].sum() <= b.length
+            assert split.tgt_lengths[row].sum() <= b.length
+            seen.extend(row)
+    assert sorted(seen) == sorted(keep.tolist())
+    other = plan_epoch(split.src_lengths, split.tgt_lengths, keep, spec, epoch=1)
+    assert [b.rows for b in other] != [b.rows for b in plan]  # reshuffled each epoch
+
+
+@pytest.mark.parametrize("pack", [False, True])
+def test_two_processes_split_each_global_batch(pack):
+    split = synthetic_split()
+    keep, _ = filter_for_training(split, 48)
+    base = BatchSpec(
+        (8, 16, 24, 32, 48), max_tokens=256, max_len=48, row_multiple=4, pack=pack, process_count=2
+    )
+    streams = [
+        TrainStream(split, keep, dataclasses.replace(base, process_index=p)) for p in range(2)
+    ]
+    n_batches = len(streams[0].epoch_plan())
+    seen = []
+    for b in range(n_batches):
+        global_rows = len(streams[0].epoch_plan()[b].rows)
+        halves = [next(s) for s in streams]
+        for h in halves:
+            assert h["inputs"].shape[0] * 2 == global_rows  # each process: its half
+            seen.extend(_pairs_in(h, pack))
+    expected = sorted((tuple(split.src(i)), tuple(split.tgt(i))) for i in keep)
+    assert sorted(seen) == expected
+
+
+def _pairs_in(batch, pack):
+    out = []
+    for r in range(batch["inputs"].shape[0]):
+        if pack:
+            segs = set(batch["inputs_segments"][r]) - {0}
+            for s in segs:
+                src = batch["inputs"][r][batch["inputs_segments"][r] == s]
+                tgt = batch["targets"][r][batch["targets_segments"][r] == s]
+                out.append((tuple(src), tuple(tgt)))
+        elif batch["inputs"][r].any():
+            src, tgt = batch["inputs"][r], batch["targets"][r]
+            out.append((tuple(src[src != 0]), tuple(tgt[tgt != 0])))
+    return out
+
+
+def test_restoring_position_gives_the_same_next_batch():
+    split = synthetic_split()
+    keep, _ = filter_for_training(split, 48)
+    spec = BatchSpec((8, 16, 24, 32, 48), max_tokens=256, max_len=48, seed=5)
+    stream = TrainStream(split, keep, spec)
+    n = len(stream.epoch_plan())
+    for _ in range(n + 3):  # into the second epoch
+        batch = next(stream)
+    position = {"epoch": int(batch[POSITION_KEY][0, 0]), "batch": int(batch[POSITION_KEY][0, 1])}
+    expected = next(stream)
+    resumed = next(TrainStream(split, keep, spec, position))
+    for k in expected:
+        np.testing.assert_array_equal(expected[k], resumed[k])
+
+
+def test_eval_batches_keep_every_sentence_untruncated():
+    lengths = np.array([3, 70, 12, 5, 200, 9, 9, 33])
+    batches = eval_batches(lengths, batch_tokens=64, bucket_lengths=(8, 16, 32, 64))
+    seen = [i for _, idx in batches for i in idx if i >= 0]
+    assert sorted(seen) == list(range(len(lengths)))
+    for length, idx in batches:
+        assert all(lengths[i] <= length for i in idx if i >= 0)
+
+
+def test_padding_efficiency_on_wmt_like_lengths():
+    rng = np.random.default_rng(0)
+    n = 20000
+    src = np.clip(rng.lognormal(3.2, 0.55, n).astype(int), 2, 250)
+    tgt = np.clip((src * rng.normal(1.1, 0.12, n)).astype(int), 2, 250)
+    split = TokenizedSplit(
+        np.zeros(src.sum(), np.int32),
+        np.concatenate([[0], np.cumsum(src)]),
+        np.zeros(tgt.sum(), np.int32),
+        np.concatenate([[0], np.cumsum(tgt)]),
+    )
+    keep, _ = filter_for_training(split, 256)
+    from tx.data.pipeline import padding_efficiency
+
+    base = load_config_base()
+    spec = BatchSpec(tuple(base.data.bucket_lengths), 25000, 256, row_multiple=8)
+    assert padding_efficiency(split, keep, spec)["efficiency"] > 0.85
+
+
+def load_config_base():
+    import pathlib
+
+    return load_config(str(pathlib.Path(__file__).parents[1] / "configs" / "base.py"))
+
+
+def test_chunks_helper():
+    from tx.data.token_cache import _chunked
+
+    assert [len(c) for c in _chunked(iter(range(5)), 2)] == [2, 2, 1]
+    assert list(itertools.islice(_chunked(iter([]), 3), 1)) == []

@@ -1,0 +1,149 @@
+"""Beam search against exhaustive search and greedy decoding; the KV cache; max length."""
+
+import itertools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import linen as nn
+
+from tx.data.tokenizer import BOS_ID, EOS_ID
+from tx.decode import _log_probs, beam_search, greedy_search, length_penalty
+from tx.model import ModelConfig, Transformer, init_cache
+
+V = 6  # pad, eos, unk, bos + two word tokens: emittable = {eos, unk, 4, 5}
+EMITTABLE = [EOS_ID, 2, 4, 5]
+
+
+def tiny_model(seed=0, vocab=V):
+    cfg = ModelConfig(
+        vocab_size=vocab, d_model=16, num_heads=2, d_ff=32, num_layers=1, dropout_rate=0.0
+    )
+    model = Transformer(cfg)
+    tokens = jnp.ones((1, 3), jnp.int32)
+    params = nn.meta.unbox(model.init(jax.random.PRNGKey(seed), tokens, tokens)["params"])
+    # Sharpen the output distribution so that search choices matter.
+    params["shared_embedding"]["embedding"] *= 6.0
+    return model, params
+
+
+def decode_fns(model, params, inputs, beam):
+    encoded = model.apply({"params": params}, inputs, method=Transformer.encode)
+    encoded = jnp.repeat(encoded, beam, axis=0)
+    inputs_k = jnp.repeat(inputs, beam, axis=0)
+
+    def tokens_to_logits(ids, cache):
+        logits, v = model.apply(
+            {"params": params, "cache": cache},
+            encoded,
+            inputs_k,
+            ids,
+            decode=True,
+            method=Transformer.decode,
+            mutable=["cache"],
+        )
+        return logits[:, 0], v["cache"]
+
+    return tokens_to_logits, lambda steps: init_cache(model, params, encoded, inputs_k, steps)
+
+
+def full_score(model, params, inputs, seq, alpha):
+    """Length-penalised log-probability of `seq` (ending in EOS) by one teacher-forced pass."""
+    tgt = jnp.array([seq], jnp.int32)
+    lp = _log_probs(model.apply({"params": params}, inputs, tgt))[0]
+    total = float(sum(lp[t, tok] for t, tok in enumerate(seq)))
+    return total / float(length_penalty(len(seq), alpha))
+
+
+@pytest.mark.parametrize("seed,alpha", [(0, 0.6), (1, 0.6), (2, 0.0), (3, 1.0)])
+def test_wide_beam_equals_exhaustive_search(seed, alpha):
+    model, params = tiny_model(seed)
+    inputs = jnp.array([[4, 5, EOS_ID]], jnp.int32)
+    max_len = 3  # at most 3 tokens before EOS: 1 + 3 + 9 + 27 = 40 sequences
+    words = [t for t in EMITTABLE if t != EOS_ID]
+    candidates = [
+        list(p) + [EOS_ID] for n in range(max_len + 1) for p in itertools.product(words, repeat=n)
+    ]
+    scores = [full_score(model, params, inputs, c, alpha) for c in candidates]
+    best = candidates[int(np.argmax(scores))]
+    beam = 64
+    t2l, cache_fn = decode_fns(model, params, inputs, beam)
+    seqs, got = beam_search(
+        t2l,
+        cache_fn(max_len + 1),
+        jnp.array([max_len]),
+        beam_size=beam,
+        alpha=alpha,
+        max_steps=max_len + 1,
+    )
+    top = list(np.asarray(seqs[0, 0]))
+    assert top[: len(best)] == best
+    assert float(got[0, 0]) == pytest.approx(max(scores), abs=1e-4)
+    # The returned n-best list is sorted and its scores are the true scores.
+    for j in range(5):
+        seq = list(np.asarray(seqs[0, j]))
+        seq = seq[: seq.index(EOS_ID) + 1]
+        assert float(got[0, j]) == pytest.approx(
+            full_score(model, params, inputs, seq, alpha), abs=1e-4
+        )
+    assert (np.diff(np.asarray(got[0])) <= 1e-6).all()
+
+
+def test_beam_one_without_length_penalty_is_greedy():
+    model, params = tiny_model(4, vocab=12)
+    inputs = jnp.array([[4, 7, 9, 5, EOS_ID], [6, 8, EOS_ID, 0, 0]], jnp.int32)
+    max_lengths = jnp.array([4 + 5, 2 + 5])
+    t2l, cache_fn = decode_fns(model, params, inputs, 1)
+    beam_seqs, _ = beam_search(t2l, cache_fn(10), max_lengths, beam_size=1, alpha=0.0, max_steps=10)
+    greedy, _ = greedy_search(t2l, cache_fn(10), max_lengths, max_steps=10)
+    np.testing.assert_array_equal(np.asarray(beam_seqs[:, 0]), np.asarray(greedy))
+
+
+def test_cached_scores_equal_full_forward_scores():
+    model, params = tiny_model(5, vocab=12)
+    inputs = jnp.array([[4, 7, 9, EOS_ID]], jnp.int32)
+    t2l, cache_fn = decode_fns(model, params, inputs, 4)
+    seqs, scores = beam_search(
+        t2l, cache_fn(8), jnp.array([7]), beam_size=4, alpha=0.6, max_steps=8
+    )
+    for j in range(4):
+        seq = list(np.asarray(seqs[0, j]))
+        seq = seq[: seq.index(EOS_ID) + 1]
+        assert float(scores[0, j]) == pytest.approx(
+            full_score(model, params, inputs, seq, 0.6), abs=1e-4
+        )
+
+
+def test_output_never_exceeds_input_plus_extra():
+    model, params = tiny_model(6, vocab=12)
+    # Push EOS far down so every hypothesis runs to its maximum length.
+    params["shared_embedding"]["embedding"] = (
+        params["shared_embedding"]["embedding"].at[EOS_ID].set(-5.0)
+    )
+    inputs = jnp.array([[4, 5, 6, EOS_ID], [7, EOS_ID, 0, 0]], jnp.int32)
+    src_lens = np.array([3, 1])
+    extra = 4
+    max_lengths = jnp.array(src_lens + extra)
+    t2l, cache_fn = decode_fns(model, params, inputs, 4)
+    steps = 3 + extra + 1
+    seqs, _ = beam_search(
+        t2l, cache_fn(steps), max_lengths, beam_size=4, alpha=0.6, max_steps=steps
+    )
+    for b in range(2):
+        for j in range(4):
+            seq = list(np.asarray(seqs[b, j]))
+            assert EOS_ID in seq
+            assert seq.index(EOS_ID) <= src_lens[b] + extra
+    assert list(np.asarray(seqs[1, 0])).index(EOS_ID) == src_lens[1] + extra
+
+
+def test_length_penalty_formula():
+    assert float(length_penalty(7, 0.6)) == pytest.approx(((5 + 7) / 6) ** 0.6)
+    assert float(length_penalty(3, 0.0)) == 1.0
+
+
+def test_never_generates_pad_or_bos():
+    lp = _log_probs(jnp.zeros((1, 6)))
+    assert float(lp[0, 0]) < -1e8 and float(lp[0, BOS_ID]) < -1e8
+    assert float(jnp.exp(lp).sum()) == pytest.approx(1.0)

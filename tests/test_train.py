@@ -1,0 +1,218 @@
+"""Training: the loop end to end, exact resume after SIGKILL, SIGTERM, accumulation, NaN guard."""
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from tx import sharding
+from tx.checkpoint import Checkpointer
+from tx.config import ConfigError, load_config, model_config
+from tx.loop import Diverged, train
+from tx.train import abstract_train_state, create_train_state, jit_train_step, make_trainer
+
+
+def tiny(root, *overrides):
+    return load_config(str(root / "configs" / "tiny.py"), list(overrides))
+
+
+@pytest.fixture(scope="module")
+def vocab(tmp_path_factory, root):
+    """One vocabulary for every run here, so runs are comparable bit for bit."""
+    from tx.data import dataset
+
+    workdir = str(tmp_path_factory.mktemp("vocab"))
+    dataset.vocabulary(tiny(root).data, workdir)
+    return os.path.join(workdir, "spm.model")
+
+
+def test_tiny_training_end_to_end(root, vocab, tmp_path):
+    cfg = tiny(
+        root,
+        f"data.vocab_path={vocab}",
+        "train.num_steps=30",
+        "train.log_every_steps=5",
+        "train.eval_every_steps=30",
+    )
+    first = train(
+        tiny(root, f"data.vocab_path={vocab}", "train.num_steps=5", "train.log_every_steps=5"),
+        str(tmp_path / "a"),
+    )
+    last = train(cfg, str(tmp_path / "b"))
+    assert last["step"] == 30 and last["loss"] < first["loss"] - 0.3
+    assert np.isfinite(last["dev_perplexity"]) and last["dev_perplexity"] < 300
+    assert Checkpointer(str(tmp_path / "b")).latest_step() == 30
+    assert os.path.exists(tmp_path / "b" / "config.json")
+    assert os.listdir(tmp_path / "b" / "tensorboard")
+
+
+def test_workdir_with_other_model_is_refused(root, vocab, tmp_path):
+    train(tiny(root, f"data.vocab_path={vocab}", "train.num_steps=2"), str(tmp_path))
+    with pytest.raises(ConfigError, match="model"):
+        train(tiny(root, f"data.vocab_path={vocab}", "model.d_model=64"), str(tmp_path))
+
+
+def _trainer(cfg):
+    mesh = sharding.make_mesh(cfg.mesh)
+    return make_trainer(cfg, model_config(cfg), mesh, sharding.rules(cfg.mesh))
+
+
+def _batch(rows=8, length=16, seed=0):
+    rng = np.random.default_rng(seed)
+    inputs = rng.integers(4, 300, (rows, length)).astype(np.int32)
+    targets = rng.integers(4, 300, (rows, length)).astype(np.int32)
+    inputs[:, -3:] = 0  # some padding, unevenly over micro-batches
+    targets[::3, -5:] = 0
+    return {"inputs": inputs, "targets": targets}
+
+
+def test_gradient_accumulation_equals_one_big_batch(root):
+    results = []
+    for k in (1, 4):
+        cfg = tiny(root, f"train.micro_batches={k}", "model.dropout_rate=0.0")
+        trainer = _trainer(cfg)
+        state = create_train_state(trainer, seed=0)
+        batch = sharding.global_batch(_batch(), trainer.mesh)
+        state, metrics = jit_train_step(trainer)(state, batch)
+        results.append((jax.device_get(state.params), jax.device_get(metrics)))
+    (p1, m1), (p4, m4) = results
+    assert float(m1["weight"]) == float(m4["weight"])
+    np.testing.assert_allclose(float(m1["loss"]), float(m4["loss"]), rtol=1e-5)
+    np.testing.assert_allclose(float(m1["grad_norm"]), float(m4["grad_norm"]), rtol=1e-4)
+    for a, b in zip(jax.tree_util.tree_leaves(p1), jax.tree_util.tree_leaves(p4), strict=True):
+        np.testing.assert_allclose(a, b, atol=2e-6, rtol=1e-4)
+
+
+def test_train_step_rejects_non_finite_update(root):
+    trainer = _trainer(tiny(root))
+    state = create_train_state(trainer, seed=0)
+    bad = state.replace(params=jax.tree_util.tree_map(lambda x: x * jnp.nan, state.params))
+    before = jax.device_get(bad.params)
+    new, metrics = jit_train_step(trainer)(bad, sharding.global_batch(_batch(), trainer.mesh))
+    assert not bool(metrics["finite"])
+    for a, b in zip(
+        jax.tree_util.tree_leaves(before), jax.tree_util.tree_leaves(new.params), strict=True
+    ):
+        np.testing.assert_array_equal(a, np.asarray(b))  # NaN == NaN positions unchanged
+
+
+def test_nan_guard_stops_and_keeps_last_good_checkpoint(root, vocab, tmp_path, monkeypatch):
+    import tx.loop as loop
+
+    real = loop.jit_train_step
+
+    def poisoned(trainer):
+        step = real(trainer)
+
+        def run(state, batch):
+            if int(state.step) == 4:  # the 5th update sees NaN parameters
+                state = state.replace(
+                    params=jax.tree_util.tree_map(lambda x: x * jnp.nan, state.params)
+                )
+            return step(state, batch)
+
+        return run
+
+    monkeypatch.setattr(loop, "jit_train_step", poisoned)
+    cfg = tiny(
+        root, f"data.vocab_path={vocab}", "train.num_steps=10", "train.checkpoint_every_steps=2"
+    )
+    with pytest.raises(Diverged, match="step 5"):
+        train(cfg, str(tmp_path))
+    ckpt = Checkpointer(str(tmp_path))
+    assert ckpt.latest_step() == 4
+    state, _ = ckpt.restore(4, abstract_train_state(_trainer(cfg)))
+    assert all(np.isfinite(np.asarray(x)).all() for x in jax.tree_util.tree_leaves(state))
+
+
+def _train_cmd(root, workdir, vocab, steps, *extra):
+    return [
+        sys.executable,
+        "-m",
+        "tx",
+        "train",
+        "--config",
+        str(root / "configs" / "tiny.py"),
+        "--workdir",
+        str(workdir),
+        f"--config.data.vocab_path={vocab}",
+        f"--config.train.num_steps={steps}",
+        "--config.train.checkpoint_every_steps=1",
+        "--config.train.log_every_steps=1",
+        *extra,
+    ]
+
+
+def _final_params(workdir, cfg, step):
+    ckpt = Checkpointer(str(workdir))
+    state, position = ckpt.restore(step, abstract_train_state(_trainer(cfg)))
+    return jax.device_get(state), position
+
+
+def _wait_for_checkpoint(workdir, proc, at_least, timeout=120):
+    path = os.path.join(workdir, "checkpoints")
+    deadline = time.time() + timeout
+    while time.time() < deadline and proc.poll() is None:
+        done = [int(d) for d in os.listdir(path) if d.isdigit()] if os.path.isdir(path) else []
+        if done and max(done) >= at_least:
+            return
+        time.sleep(0.2)
+
+
+def test_sigkill_and_resume_is_bitwise_identical(root, vocab, tmp_path):
+    steps = 24
+    ref_dir, run_dir = tmp_path / "ref", tmp_path / "run"
+    subprocess.run(
+        _train_cmd(root, ref_dir, vocab, steps), check=True, cwd=root, capture_output=True
+    )
+    for kill_after in (3, 11):  # two kills at different points, then run to the end
+        proc = subprocess.Popen(
+            _train_cmd(root, run_dir, vocab, steps),
+            cwd=root,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        _wait_for_checkpoint(str(run_dir), proc, kill_after)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    subprocess.run(
+        _train_cmd(root, run_dir, vocab, steps), check=True, cwd=root, capture_output=True
+    )
+    cfg = tiny(root)
+    ref, ref_pos = _final_params(ref_dir, cfg, steps)
+    got, got_pos = _final_params(run_dir, cfg, steps)
+    assert ref_pos == got_pos
+    for a, b in zip(jax.tree_util.tree_leaves(ref), jax.tree_util.tree_leaves(got), strict=True):
+        np.testing.assert_array_equal(a, b)  # bitwise: params, Adam moments, step, rng
+
+
+def test_sigterm_saves_a_checkpoint_and_exits_cleanly(root, vocab, tmp_path):
+    cmd = _train_cmd(
+        root,
+        tmp_path,
+        vocab,
+        100000,
+        "--config.train.checkpoint_every_steps=0",
+        "--config.train.checkpoint_every_secs=0",
+    )
+    proc = subprocess.Popen(
+        cmd, cwd=root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    deadline = time.time() + 120
+    for line in proc.stdout:
+        if line.startswith("step 5/") or time.time() > deadline:
+            break
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 0, out
+    assert "SIGTERM received: saved step" in out
+    step = Checkpointer(str(tmp_path)).latest_step()
+    assert step is not None and step >= 5
+    shutil.rmtree(tmp_path)

@@ -1,0 +1,63 @@
+"""The offline demo end to end: train, average, translate samples, score the test set."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import jax
+import ml_collections
+
+from tx import checkpoint, sharding
+from tx.config import model_config
+from tx.data.dataset import split_text
+from tx.evaluate import copy_baseline, evaluate_split
+from tx.loop import train
+from tx.train import abstract_train_state, make_trainer
+from tx.translate import load_model, translate
+
+SAMPLES = 5
+
+
+def average(cfg: ml_collections.ConfigDict, workdir: str, last: int):
+    """`tx average`: the last `last` checkpoints -> workdir/averaged/<step>."""
+    mesh = sharding.make_mesh(cfg.mesh)
+    trainer = make_trainer(cfg, model_config(cfg), mesh, sharding.rules(cfg.mesh))
+    return checkpoint.average_last(workdir, last, abstract_train_state(trainer))
+
+
+def run_demo(cfg: ml_collections.ConfigDict, workdir: str, say=print) -> dict:
+    start = time.perf_counter()
+    metrics = train(cfg, workdir)
+    train_secs = time.perf_counter() - start
+    path, steps = average(cfg, workdir, cfg.decode.average_last)
+    say(f"\naveraged checkpoints {steps} -> {path}")
+    loaded = load_model(cfg, workdir)
+    pairs = split_text(cfg.data, "test")[:SAMPLES]
+    say("\nsample test translations (English -> German):")
+    for (src, ref), hyp in zip(pairs, translate(loaded, [s for s, _ in pairs], cfg), strict=True):
+        say(f"  EN   {src}\n  tx   {hyp}\n  REF  {ref}\n")
+    t0 = time.perf_counter()
+    result = evaluate_split(cfg, workdir, "test", loaded)
+    decode_secs = time.perf_counter() - t0
+    baseline = copy_baseline(cfg, "test")
+    summary = {
+        "test_bleu": round(result["bleu"], 2),
+        "test_tok_bleu": round(result["tok_bleu"], 2),
+        "test_chrf": round(result["chrf"], 2),
+        "bleu_signature": result["bleu_signature"],
+        "copy_source_bleu": round(baseline["bleu"], 2),
+        "dev_perplexity": round(metrics.get("dev_perplexity", float("nan")), 3),
+        "train_steps": metrics["step"],
+        "train_seconds": round(train_secs, 1),
+        "decode_seconds": round(decode_secs, 1),
+        "num_sentences": result["num_sentences"],
+        "devices": jax.device_count(),
+    }
+    say(
+        f"test sacreBLEU {summary['test_bleu']} (copying the source: "
+        f"{summary['copy_source_bleu']}), tokenized BLEU {summary['test_tok_bleu']}, "
+        f"chrF {summary['test_chrf']}"
+    )
+    say(json.dumps(summary))
+    return summary
