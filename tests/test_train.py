@@ -167,11 +167,12 @@ def _wait_for_checkpoint(workdir, proc, at_least, timeout=120):
 
 
 def test_sigkill_and_resume_is_bitwise_identical(root, vocab, tmp_path):
-    steps = 24
+    steps = 40
     ref_dir, run_dir = tmp_path / "ref", tmp_path / "run"
     subprocess.run(
         _train_cmd(root, ref_dir, vocab, steps), check=True, cwd=root, capture_output=True
     )
+    killed_at = []
     for kill_after in (3, 11):  # two kills at different points, then run to the end
         proc = subprocess.Popen(
             _train_cmd(root, run_dir, vocab, steps),
@@ -181,10 +182,12 @@ def test_sigkill_and_resume_is_bitwise_identical(root, vocab, tmp_path):
         )
         _wait_for_checkpoint(str(run_dir), proc, kill_after)
         proc.send_signal(signal.SIGKILL)
-        proc.wait()
+        assert proc.wait() == -signal.SIGKILL  # killed mid-run, not finished
+        killed_at.append(Checkpointer(str(run_dir)).latest_step())
     subprocess.run(
         _train_cmd(root, run_dir, vocab, steps), check=True, cwd=root, capture_output=True
     )
+    assert killed_at[0] < killed_at[1] < steps, killed_at
     cfg = tiny(root)
     ref, ref_pos = _final_params(ref_dir, cfg, steps)
     got, got_pos = _final_params(run_dir, cfg, steps)

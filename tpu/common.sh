@@ -26,7 +26,7 @@ require() {
 
 # run CMD...: print the command; execute it unless this is a dry run.
 run() {
-  printf '+'; printf ' %q' "$@"; printf '\n'
+  printf '+ %s\n' "$*"
   if [[ "$DRY_RUN" != 1 ]]; then "$@"; fi
 }
 
