@@ -68,7 +68,9 @@ def test_meshes_give_the_same_training_as_one_device(tmp_path):
     for shape, r in report.items():
         assert r["loss_diff"] < 1e-5, shape
         assert r["grad_norm_diff"] < 1e-4, shape
-        assert r["param_diff"] < 1e-5, shape
+        # Adam divides by sqrt(v): float reordering in near-zero gradients moves a parameter
+        # by a small fraction of one step (the learning rate is ~5e-3 here).
+        assert r["param_diff"] < 1e-4, shape
     assert "tensor" in report["(1, 1, 8)"]["spec_example"]
 
 
@@ -138,8 +140,11 @@ def test_two_processes_train_like_one(tmp_path):
     single_out = tmp_path / "sp.npz"
     worker("single", single_out, devices=1)
     single = dict(np.load(single_out))
-    for k in single:
-        np.testing.assert_allclose(multi[k], single[k], atol=1e-5, err_msg=k)
+    multi_losses = json.loads(pathlib.Path(str(out) + ".json").read_text())["losses"]
+    single_losses = json.loads(pathlib.Path(str(single_out) + ".json").read_text())["losses"]
+    np.testing.assert_allclose(multi_losses, single_losses, rtol=1e-6)
+    for k in single:  # Adam amplifies float reordering a little (see the mesh test above)
+        np.testing.assert_allclose(multi[k], single[k], atol=1e-4, err_msg=k)
     # The checkpoint both processes wrote restores in one process.
     restored = tmp_path / "restored.npz"
     worker("restore", restored, tmp_path / "ckpt", "1,1,1", devices=1)
