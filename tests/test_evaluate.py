@@ -47,10 +47,9 @@ def test_token_bleu_by_hand():
 def test_paper_bleu_tokenizes_and_splits_compounds():
     hyp = ["Das Max-Planck-Institut liegt in Baden-Baden, sagte er."]
     ref = ["Das Max-Planck-Institut liegt in Baden-Baden, sagt er."]
-    hyp_tok = (
-        "Das Max ##AT##-##AT## Planck ##AT##-##AT## Institut liegt in Baden ##AT##-##AT## Baden , sagte er ."
-    )
-    ref_tok = "Das Max ##AT##-##AT## Planck ##AT##-##AT## Institut liegt in Baden ##AT##-##AT## Baden , sagt er ."
+    head = "Das Max ##AT##-##AT## Planck ##AT##-##AT## Institut liegt in Baden ##AT##-##AT## Baden"
+    hyp_tok = head + " , sagte er ."
+    ref_tok = head + " , sagt er ."
     assert tokenized_bleu(hyp, ref, "de") == pytest.approx(hand_bleu(hyp_tok, ref_tok), abs=1e-6)
 
 
