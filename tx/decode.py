@@ -38,16 +38,18 @@ def _log_probs(logits: jax.Array) -> jax.Array:
 
 
 def _gather_beams(tree, indices: jax.Array, batch: int, beam: int):
-    """Selects beams: leaves [b*k, ...] (or [b, k, ...] when `flat=False`) by indices [b, n]."""
+    """Selects beams: every batched leaf [b*k, ...] -> [b*n, ...] by beam indices [b, n]."""
 
-    def gather(x):
-        if x.ndim == 0:  # cache counters are shared by all beams
+    def gather(path, x):
+        # Counters are shared by all beams; cross-attention keys/values ("static_*") are the
+        # same for every beam of a sentence, so selecting beams would only copy them.
+        if x.ndim == 0 or str(getattr(path[-1], "key", "")).startswith("static_"):
             return x
         y = x.reshape(batch, beam, *x.shape[1:])
         y = jnp.take_along_axis(y, indices.reshape(batch, -1, *([1] * (y.ndim - 2))), axis=1)
         return y.reshape(batch * indices.shape[1], *x.shape[1:])
 
-    return jax.tree_util.tree_map(gather, tree)
+    return jax.tree_util.tree_map_with_path(gather, tree)
 
 
 def beam_search(
@@ -98,7 +100,7 @@ def beam_search(
 
 
 def _beam_step(tokens_to_logits, max_lengths, k, alpha, s):
-    batch, T1 = s["live_seqs"].shape[0], s["live_seqs"].shape[2]
+    batch = s["live_seqs"].shape[0]
     i = s["i"]
     ids = jax.lax.dynamic_slice_in_dim(s["live_seqs"], i, 1, axis=2).reshape(batch * k, 1)
     logits, cache = tokens_to_logits(ids, s["cache"])
@@ -129,7 +131,6 @@ def _beam_step(tokens_to_logits, max_lengths, k, alpha, s):
     all_seqs = jnp.concatenate([s["fin_seqs"], top_seqs], axis=1)
     fin_scores, fin_pos = jax.lax.top_k(all_scores, k)
     fin_seqs = jnp.take_along_axis(all_seqs, fin_pos[:, :, None], axis=1)
-    del T1
     return {
         "i": i + 1,
         "live_seqs": live_seqs,

@@ -147,9 +147,9 @@ def dot_product_attention(
 class MultiHeadAttention(nn.Module):
     """Multi-head attention (section 3.2.2) with separate d_k and d_v, no biases.
 
-    In `decode` mode (self-attention only) the keys and values of earlier positions are kept
-    in the "cache" collection, so step t attends over t cached entries instead of recomputing
-    the whole prefix.
+    In `decode` mode the keys and values of earlier positions are kept in the "cache"
+    collection, so step t attends over t cached entries instead of recomputing the whole prefix,
+    and cross-attention projects the encoder output once, not at every step.
     """
 
     num_heads: int
@@ -160,14 +160,15 @@ class MultiHeadAttention(nn.Module):
     dtype: Dtype = jnp.float32
     param_dtype: Dtype = jnp.float32
 
-    def _proj(self, name: str, x: Array, width: int) -> Array:
+    def _kernel(self, name: str, width: int) -> Array:
+        """Projection W [m, h, width] (W^Q, W^K or W^V of all heads at once)."""
         kernel = self.param(
             name,
             nn.with_logical_partitioning(_glorot_split((0,), (1, 2)), ("embed", "heads", "kv")),
             (self.d_model, self.num_heads, width),
             self.param_dtype,
         )
-        return jnp.einsum("blm,mhd->blhd", x, jnp.asarray(kernel, self.dtype))
+        return jnp.asarray(kernel, self.dtype)
 
     @nn.compact
     def __call__(
@@ -178,17 +179,32 @@ class MultiHeadAttention(nn.Module):
         *,
         deterministic: bool,
         decode: bool = False,
+        static_kv: bool = False,
     ) -> Array:
-        """inputs_q: [b, q, m]; inputs_kv: [b, k, m]; mask: bool [b, 1|h, q, k] -> [b, q, m]."""
-        query = constrain(
-            self._proj("query", inputs_q, self.d_k), ("batch", "length", "heads", "kv")
+        """inputs_q: [b, q, m]; inputs_kv: [b, k, m]; mask: bool [b, 1|h, q, k] -> [b, q, m].
+
+        `decode`: incremental decoding. With `static_kv` (cross-attention: `inputs_kv` is the
+        same encoder output at every step) keys and values are projected once and cached;
+        otherwise (self-attention) this step's key and value are appended to the cache.
+        """
+        names = ("batch", "length", "heads", "kv")
+        w_q, w_k, w_v = (
+            self._kernel(n, w)
+            for n, w in (("query", self.d_k), ("key", self.d_k), ("value", self.d_v))
         )
-        key = constrain(self._proj("key", inputs_kv, self.d_k), ("batch", "length", "heads", "kv"))
-        value = constrain(
-            self._proj("value", inputs_kv, self.d_v), ("batch", "length", "heads", "kv")
-        )
-        if decode:
-            key, value, mask = self._update_cache(key, value, mask)
+        query = constrain(jnp.einsum("blm,mhd->blhd", inputs_q, w_q), names)
+
+        def project():
+            key = jnp.einsum("blm,mhd->blhd", inputs_kv, w_k)
+            value = jnp.einsum("blm,mhd->blhd", inputs_kv, w_v)
+            return constrain(key, names), constrain(value, names)
+
+        if decode and static_kv:
+            key, value = self._static_cache(project)
+        else:
+            key, value = project()
+            if decode:
+                key, value, mask = self._update_cache(key, value, mask)
         dropout_rng = None
         if not deterministic and self.dropout_rate > 0.0:
             dropout_rng = self.make_rng("dropout")
@@ -201,6 +217,26 @@ class MultiHeadAttention(nn.Module):
         )
         out = jnp.einsum("bqhv,hvm->bqm", out, jnp.asarray(out_kernel, self.dtype))
         return constrain(out, ("batch", "length", "embed"))
+
+    def _static_cache(self, project):
+        """Cross-attention keys/values, projected at the first step and reused after it.
+
+        Cache entries: static_key [b, s, h, d], static_value [b, s, h, v], static_ready [] bool.
+        """
+        if not self.has_variable("cache", "static_key"):  # allocation pass (init_cache)
+            key, value = project()
+            self.variable("cache", "static_key", jnp.zeros, key.shape, key.dtype)
+            self.variable("cache", "static_value", jnp.zeros, value.shape, value.dtype)
+            self.variable("cache", "static_ready", lambda: jnp.array(False))
+            return key, value
+        static_key = self.variable("cache", "static_key")
+        static_value = self.variable("cache", "static_value")
+        ready = self.variable("cache", "static_ready")
+        key, value = jax.lax.cond(
+            ready.value, lambda: (static_key.value, static_value.value), project
+        )
+        static_key.value, static_value.value, ready.value = key, value, jnp.array(True)
+        return key, value
 
     def _update_cache(self, key: Array, value: Array, mask: Array | None):
         """Writes this step's key/value at the cache index and returns the whole cache.

@@ -9,6 +9,7 @@ non-finite loss raises `Diverged` naming the step, leaving earlier checkpoints i
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
@@ -150,8 +151,6 @@ def evaluate_loss(trainer, eval_fn, params, ids, data, spec) -> dict:
 
 
 def _unpacked(spec):
-    import dataclasses
-
     return dataclasses.replace(spec, pack=False)
 
 

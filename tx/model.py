@@ -219,7 +219,9 @@ class DecoderLayer(nn.Module):
         cross = _attention(c, "cross_attention")
         y = _SubLayer(c, name="cross_attention_block")(
             y,
-            lambda z: cross(z, encoded, cross_mask, deterministic=deterministic),
+            lambda z: cross(
+                z, encoded, cross_mask, deterministic=deterministic, decode=decode, static_kv=True
+            ),
             deterministic=deterministic,
         )
         ffn = _ffn(c)

@@ -21,7 +21,7 @@ from jax.sharding import PartitionSpec as P
 from tx import checkpoint, sharding
 from tx.config import model_config
 from tx.data.pipeline import eval_batches
-from tx.data.tokenizer import MODEL_FILENAME, PAD_ID, Tokenizer
+from tx.data.tokenizer import EOS_ID, MODEL_FILENAME, PAD_ID, Tokenizer
 from tx.decode import beam_search
 from tx.model import Transformer, init_cache
 from tx.train import abstract_train_state, make_trainer
@@ -164,8 +164,6 @@ def _to_host(x: jax.Array) -> np.ndarray:
 
 def _strip(ids: np.ndarray) -> np.ndarray:
     """Output ids up to (not including) EOS."""
-    from tx.data.tokenizer import EOS_ID
-
     ends = np.flatnonzero((ids == EOS_ID) | (ids == PAD_ID))
     return ids[: ends[0]] if len(ends) else ids
 
