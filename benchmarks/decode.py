@@ -20,6 +20,7 @@ from common import save  # noqa: E402
 
 from tx.config import load_config  # noqa: E402
 from tx.data.dataset import split_text  # noqa: E402
+from tx.data.tokenizer import UNK_ID  # noqa: E402
 from tx.decode import beam_search  # noqa: E402
 from tx.model import Transformer, init_cache  # noqa: E402
 from tx.translate import load_model, translate, translate_ids  # noqa: E402
@@ -55,7 +56,11 @@ def _search(model, params, inputs, max_lengths, *, beam, steps, cached):
         def t2l(ids, cache):
             prefix = jax.lax.dynamic_update_slice(cache["prefix"], ids, (0, cache["i"]))
             # decode() shifts right itself: feed the prefix without its BOS, read position i.
-            targets = jnp.concatenate([prefix[:, 1:], jnp.zeros_like(prefix[:, :1])], axis=1)
+            # Positions >= i get a non-pad placeholder, because teacher-forced decoding masks
+            # cross-attention for padding targets (causality hides the placeholder itself).
+            targets = jnp.concatenate([prefix[:, 1:], prefix[:, :1]], axis=1)
+            future = jnp.arange(targets.shape[1])[None, :] >= cache["i"]
+            targets = jnp.where(future, UNK_ID, targets)
             logits = model.apply(
                 {"params": params}, encoded, inputs_k, targets, method=Transformer.decode
             )

@@ -8,6 +8,7 @@ import argparse
 import dataclasses
 import os
 import sys
+import tempfile
 import time
 
 import numpy as np
@@ -48,18 +49,23 @@ def stream_speed(stream, seconds=10.0) -> dict:
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--workdir", default="runs/bench_pipeline")
+    p.add_argument("--workdir", default="", help="default: a fresh temporary directory")
     args = p.parse_args()
+    args.workdir = args.workdir or tempfile.mkdtemp(prefix="tx-bench-pipeline-")
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     out = {}
     base = load_config(os.path.join(root, "configs", "base.py"))
-    wmt = wmt_like()
-    keep, _ = filter_for_training(wmt, base.data.max_len)
     spec = BatchSpec(
         tuple(base.data.bucket_lengths), base.data.max_tokens, base.data.max_len, row_multiple=8
     )
-    out["wmt_like_buckets"] = padding_efficiency(wmt, keep, spec)
-    out["wmt_like_packed"] = padding_efficiency(wmt, keep, dataclasses.replace(spec, pack=True))
+    # WMT14 EN-DE has 4.5M pairs; packing (a Python loop) is measured on 1M of them.
+    for name, n, s in (
+        ("wmt_like_buckets", 4_500_000, spec),
+        ("wmt_like_packed", 1_000_000, dataclasses.replace(spec, pack=True)),
+    ):
+        wmt = wmt_like(n)
+        keep, _ = filter_for_training(wmt, base.data.max_len)
+        out[name] = {"pairs": n, **padding_efficiency(wmt, keep, s)}
     demo = load_config(os.path.join(root, "configs", "demo.py"))
     tok = dataset.vocabulary(demo.data, args.workdir)
     start = time.perf_counter()
