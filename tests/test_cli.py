@@ -91,3 +91,15 @@ def test_translate_with_a_missing_checkpoint_fails_clearly(root, workdir):
         text=True,
     )
     assert res.returncode != 0 and "no checkpoint at step 999" in res.stderr
+
+
+def test_dev_bleu_hook_scores_current_parameters(workdir):
+    from tx.evaluate import dev_bleu_hook, evaluate_split
+
+    cfg = load_config(os.path.join(workdir, "config.json"))
+    loaded = load_model(cfg, workdir)
+    scores = dev_bleu_hook(cfg, workdir)(loaded.params)
+    assert set(scores) == {"bleu", "tok_bleu"}
+    full = evaluate_split(cfg, workdir, "dev", loaded, output=os.path.join(workdir, "dev.txt"))
+    assert scores["bleu"] == pytest.approx(full["bleu"])
+    assert scores["tok_bleu"] == pytest.approx(full["tok_bleu"])

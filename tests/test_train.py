@@ -219,3 +219,40 @@ def test_sigterm_saves_a_checkpoint_and_exits_cleanly(root, vocab, tmp_path):
     step = Checkpointer(str(tmp_path)).latest_step()
     assert step is not None and step >= 5
     shutil.rmtree(tmp_path)
+
+
+def test_workdir_refuses_another_vocabulary(root, vocab, tmp_path):
+    from tx.data.tokenizer import VocabularyError
+
+    train(tiny(root, f"data.vocab_path={vocab}", "train.num_steps=2"), str(tmp_path / "run"))
+    # Same size, other data: a different vocabulary that would silently scramble the ids.
+    other = tiny(root, "data.demo_seed=7")
+    from tx.data import dataset
+
+    dataset.vocabulary(other.data, str(tmp_path / "other"))
+    shutil.copy(tmp_path / "other" / "spm.model", tmp_path / "run" / "spm.model")
+    with pytest.raises(VocabularyError, match="not the vocabulary"):
+        train(tiny(root, "train.num_steps=4"), str(tmp_path / "run"))
+
+
+def test_cli_bad_input_is_one_clear_line(root, tmp_path):
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tx",
+            "train",
+            "--config",
+            str(root / "configs" / "tiny.py"),
+            "--workdir",
+            str(tmp_path),
+            "--config.data.source=text",
+            f"--config.data.train_prefix={tmp_path}/missing",
+        ],
+        cwd=root,
+        capture_output=True,
+        text=True,
+    )
+    assert res.returncode == 2
+    assert "error: data file not found:" in res.stderr and "missing.en" in res.stderr
+    assert "Traceback" not in res.stderr

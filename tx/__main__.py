@@ -22,6 +22,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # before TensorFlow is impor
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
 
 from tx.config import ConfigError, load_config, model_config, split_config_args
+from tx.distributed import initialize
 
 
 def _info(args, cfg) -> int:
@@ -48,9 +49,12 @@ def _need_workdir(args) -> str:
 
 
 def _train(args, cfg) -> int:
+    from tx.evaluate import dev_bleu_hook
     from tx.loop import train
 
-    metrics = train(cfg, _need_workdir(args))
+    workdir = _need_workdir(args)
+    hook = dev_bleu_hook(cfg, workdir) if cfg.train.eval_bleu_every_steps else None
+    metrics = train(cfg, workdir, bleu_hook=hook)
     print(json.dumps({k: round(v, 6) if isinstance(v, float) else v for k, v in metrics.items()}))
     return 0
 
@@ -167,8 +171,6 @@ def main(argv: list[str] | None = None) -> int:
         saved = os.path.join(args.workdir, "config.json")  # the resolved config of the run
         config_path = saved if os.path.exists(saved) else None
     config_path = config_path or DEFAULT_CONFIGS.get(args.command)
-    from tx.distributed import initialize
-
     initialize(args.coordinator_address, args.num_processes, args.process_id)
     try:
         cfg = load_config(config_path, overrides) if config_path else None
@@ -178,7 +180,20 @@ def main(argv: list[str] | None = None) -> int:
     if cfg is None:
         print("error: --config FILE is required", file=sys.stderr)
         return 2
-    return COMMANDS[args.command](args, cfg)
+    try:
+        return COMMANDS[args.command](args, cfg)
+    except _user_errors() as e:  # bad input: one clear line, no traceback
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+def _user_errors() -> tuple:
+    from tx.data.sources import DataError
+    from tx.data.tokenizer import VocabularyError
+    from tx.loop import Diverged
+    from tx.sharding import MeshError
+
+    return (ConfigError, DataError, VocabularyError, MeshError, Diverged, FileNotFoundError)
 
 
 if __name__ == "__main__":

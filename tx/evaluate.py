@@ -123,3 +123,37 @@ def copy_baseline(cfg, split: str) -> dict:
 
     pairs = split_text(cfg.data, split)
     return score_all([s for s, _ in pairs], [r for _, r in pairs], cfg.data.tgt_lang)
+
+
+def dev_bleu_hook(cfg, workdir: str):
+    """A callable(params) -> {"bleu", "tok_bleu"} on the whole dev split, for training.
+
+    The model, vocabulary and dev sentences are prepared once; each call decodes with the
+    current parameters (beam search as configured).
+    """
+    import os
+
+    from tx import sharding
+    from tx.config import model_config
+    from tx.data.dataset import split_text
+    from tx.data.tokenizer import MODEL_FILENAME, Tokenizer
+    from tx.model import Transformer
+    from tx.translate import LoadedModel, translate
+
+    pairs = split_text(cfg.data, "dev")
+    sources, references = [s for s, _ in pairs], [r for _, r in pairs]
+    mesh = sharding.make_mesh(cfg.mesh)
+    model = Transformer(model_config(cfg))
+    state = {}
+
+    def hook(params) -> dict:
+        if "tokenizer" not in state:  # the vocabulary exists once training has started
+            state["tokenizer"] = Tokenizer(os.path.join(workdir, MODEL_FILENAME))
+        loaded = LoadedModel(model, params, state["tokenizer"], "training", mesh)
+        hyps = translate(loaded, sources, cfg)
+        return {
+            "bleu": sacrebleu_scores(hyps, references)["bleu"],
+            "tok_bleu": tokenized_bleu(hyps, references, cfg.data.tgt_lang),
+        }
+
+    return hook

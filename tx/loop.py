@@ -154,8 +154,14 @@ def _unpacked(spec):
     return dataclasses.replace(spec, pack=False)
 
 
-def train(cfg: ml_collections.ConfigDict, workdir: str, progress_stream=None) -> dict:
-    """Trains until `cfg.train.num_steps`, or until stopped; returns the last metrics."""
+def train(
+    cfg: ml_collections.ConfigDict, workdir: str, progress_stream=None, bleu_hook=None
+) -> dict:
+    """Trains until `cfg.train.num_steps`, or until stopped; returns the last metrics.
+
+    `bleu_hook(params) -> dict of scores`, when given, runs every
+    `train.eval_bleu_every_steps` (see tx.evaluate.dev_bleu_hook: decoding lives downstream).
+    """
     check_workdir(cfg, workdir)
     mc = model_config(cfg)
     tokenizer = prepare_data(cfg, workdir)
@@ -181,7 +187,7 @@ def train(cfg: ml_collections.ConfigDict, workdir: str, progress_stream=None) ->
         else None
     )
     try:
-        return _loop(cfg, workdir, trainer, ckpt, state, stream, spec, progress, dev)
+        return _loop(cfg, workdir, trainer, ckpt, state, stream, spec, progress, dev, bleu_hook)
     finally:
         ckpt.close()
 
@@ -222,7 +228,7 @@ def _check_vocabulary(workdir: str, tokenizer) -> None:
             f.write(tokenizer.fingerprint + "\n")
 
 
-def _loop(cfg, workdir, trainer, ckpt, state, stream, spec, progress, dev) -> dict:
+def _loop(cfg, workdir, trainer, ckpt, state, stream, spec, progress, dev, bleu_hook) -> dict:
     t = cfg.train
     step_fn, eval_fn = jit_train_step(trainer), jit_eval_step(trainer)
     mc = trainer.model.config
@@ -251,6 +257,14 @@ def _loop(cfg, workdir, trainer, ckpt, state, stream, spec, progress, dev) -> di
                 last.update(
                     _dev_eval(trainer, eval_fn, state, dev, cfg, spec, progress, summaries, step)
                 )
+            if bleu_hook and t.eval_bleu_every_steps and step % t.eval_bleu_every_steps == 0:
+                window.check()
+                scores = bleu_hook(state.params)
+                progress.message(
+                    f"step {step}: " + " | ".join(f"{k} {v:.2f}" for k, v in scores.items())
+                )
+                summaries.scalars(step, {f"dev/{k}": v for k, v in scores.items()})
+                last.update({f"dev_{k}": v for k, v in scores.items()})
             due = (t.checkpoint_every_steps and step % t.checkpoint_every_steps == 0) or (
                 t.checkpoint_every_secs and time.monotonic() - last_save >= t.checkpoint_every_secs
             )
