@@ -22,52 +22,44 @@ from tx.config import load_config  # noqa: E402
 from tx.data.dataset import split_text  # noqa: E402
 from tx.data.tokenizer import UNK_ID  # noqa: E402
 from tx.decode import beam_search  # noqa: E402
-from tx.model import Transformer, init_cache  # noqa: E402
+from tx.model import Transformer, beam_decoder  # noqa: E402
 from tx.translate import load_model, translate, translate_ids  # noqa: E402
 
 
 @functools.partial(jax.jit, static_argnames=("model", "beam", "steps", "cached"))
 def _search(model, params, inputs, max_lengths, *, beam, steps, cached):
-    encoded = jnp.repeat(
-        model.apply({"params": params}, inputs, method=Transformer.encode), beam, axis=0
-    )
-    inputs_k = jnp.repeat(inputs, beam, axis=0)
     if cached:
-        cache = init_cache(model, params, encoded, inputs_k, steps)
-
-        def t2l(ids, cache):
-            logits, v = model.apply(
-                {"params": params, "cache": cache},
-                encoded,
-                inputs_k,
-                ids,
-                decode=True,
-                method=Transformer.decode,
-                mutable=["cache"],
-            )
-            return logits[:, 0], v["cache"]
+        t2l, cache = beam_decoder(model, params, inputs, beam, steps)
     else:
-        # No cache: the "cache" is the prefix itself, and every step re-runs the decoder on it.
-        cache = {
-            "prefix": jnp.zeros((inputs_k.shape[0], steps), jnp.int32),
-            "i": jnp.array(0, jnp.int32),
-        }
-
-        def t2l(ids, cache):
-            prefix = jax.lax.dynamic_update_slice(cache["prefix"], ids, (0, cache["i"]))
-            # decode() shifts right itself: feed the prefix without its BOS, read position i.
-            # Positions >= i get a non-pad placeholder, because teacher-forced decoding masks
-            # cross-attention for padding targets (causality hides the placeholder itself).
-            targets = jnp.concatenate([prefix[:, 1:], prefix[:, :1]], axis=1)
-            future = jnp.arange(targets.shape[1])[None, :] >= cache["i"]
-            targets = jnp.where(future, UNK_ID, targets)
-            logits = model.apply(
-                {"params": params}, encoded, inputs_k, targets, method=Transformer.decode
-            )
-            step_logits = jax.lax.dynamic_index_in_dim(logits, cache["i"], 1, keepdims=False)
-            return step_logits, {"prefix": prefix, "i": cache["i"] + 1}
-
+        t2l, cache = _uncached_decoder(model, params, inputs, beam, steps)
     return beam_search(t2l, cache, max_lengths, beam_size=beam, alpha=0.6, max_steps=steps)
+
+
+def _uncached_decoder(model, params, inputs, beam, steps):
+    """The baseline: the "cache" is the prefix itself; every step re-runs the whole decoder."""
+    encoded = model.apply({"params": params}, inputs, method=Transformer.encode)
+    encoded = jnp.repeat(encoded, beam, axis=0)
+    inputs_k = jnp.repeat(inputs, beam, axis=0)
+    cache = {
+        "prefix": jnp.zeros((inputs_k.shape[0], steps), jnp.int32),
+        "i": jnp.array(0, jnp.int32),
+    }
+
+    def t2l(ids, cache):
+        prefix = jax.lax.dynamic_update_slice(cache["prefix"], ids, (0, cache["i"]))
+        # decode() shifts right itself: feed the prefix without its BOS, read position i.
+        # Positions >= i get a non-pad placeholder, because teacher-forced decoding masks
+        # cross-attention for padding targets (causality hides the placeholder itself).
+        targets = jnp.concatenate([prefix[:, 1:], prefix[:, :1]], axis=1)
+        future = jnp.arange(targets.shape[1])[None, :] >= cache["i"]
+        targets = jnp.where(future, UNK_ID, targets)
+        logits = model.apply(
+            {"params": params}, encoded, inputs_k, targets, method=Transformer.decode
+        )
+        step_logits = jax.lax.dynamic_index_in_dim(logits, cache["i"], 1, keepdims=False)
+        return step_logits, {"prefix": prefix, "i": cache["i"] + 1}
+
+    return t2l, cache
 
 
 def time_search(loaded, sources, cached, beam=4, extra=50):

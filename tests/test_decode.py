@@ -10,7 +10,7 @@ from flax import linen as nn
 
 from tx.data.tokenizer import BOS_ID, EOS_ID
 from tx.decode import _log_probs, beam_search, greedy_search, length_penalty
-from tx.model import ModelConfig, Transformer, init_cache
+from tx.model import ModelConfig, Transformer, beam_decoder
 
 V = 6  # pad, eos, unk, bos + two word tokens: emittable = {eos, unk, 4, 5}
 EMITTABLE = [EOS_ID, 2, 4, 5]
@@ -29,23 +29,8 @@ def tiny_model(seed=0, vocab=V):
 
 
 def decode_fns(model, params, inputs, beam):
-    encoded = model.apply({"params": params}, inputs, method=Transformer.encode)
-    encoded = jnp.repeat(encoded, beam, axis=0)
-    inputs_k = jnp.repeat(inputs, beam, axis=0)
-
-    def tokens_to_logits(ids, cache):
-        logits, v = model.apply(
-            {"params": params, "cache": cache},
-            encoded,
-            inputs_k,
-            ids,
-            decode=True,
-            method=Transformer.decode,
-            mutable=["cache"],
-        )
-        return logits[:, 0], v["cache"]
-
-    return tokens_to_logits, lambda steps: init_cache(model, params, encoded, inputs_k, steps)
+    """(tokens_to_logits, cache for `steps`) -> as a pair of callables for the tests."""
+    return lambda steps: beam_decoder(model, params, inputs, beam, steps)
 
 
 def full_score(model, params, inputs, seq, alpha):
@@ -68,10 +53,9 @@ def test_wide_beam_equals_exhaustive_search(seed, alpha):
     scores = [full_score(model, params, inputs, c, alpha) for c in candidates]
     best = candidates[int(np.argmax(scores))]
     beam = 64
-    t2l, cache_fn = decode_fns(model, params, inputs, beam)
+    make = decode_fns(model, params, inputs, beam)
     seqs, got = beam_search(
-        t2l,
-        cache_fn(max_len + 1),
+        *make(max_len + 1),
         jnp.array([max_len]),
         beam_size=beam,
         alpha=alpha,
@@ -94,19 +78,17 @@ def test_beam_one_without_length_penalty_is_greedy():
     model, params = tiny_model(4, vocab=12)
     inputs = jnp.array([[4, 7, 9, 5, EOS_ID], [6, 8, EOS_ID, 0, 0]], jnp.int32)
     max_lengths = jnp.array([4 + 5, 2 + 5])
-    t2l, cache_fn = decode_fns(model, params, inputs, 1)
-    beam_seqs, _ = beam_search(t2l, cache_fn(10), max_lengths, beam_size=1, alpha=0.0, max_steps=10)
-    greedy, _ = greedy_search(t2l, cache_fn(10), max_lengths, max_steps=10)
+    make = decode_fns(model, params, inputs, 1)
+    beam_seqs, _ = beam_search(*make(10), max_lengths, beam_size=1, alpha=0.0, max_steps=10)
+    greedy, _ = greedy_search(*make(10), max_lengths, max_steps=10)
     np.testing.assert_array_equal(np.asarray(beam_seqs[:, 0]), np.asarray(greedy))
 
 
 def test_cached_scores_equal_full_forward_scores():
     model, params = tiny_model(5, vocab=12)
     inputs = jnp.array([[4, 7, 9, EOS_ID]], jnp.int32)
-    t2l, cache_fn = decode_fns(model, params, inputs, 4)
-    seqs, scores = beam_search(
-        t2l, cache_fn(8), jnp.array([7]), beam_size=4, alpha=0.6, max_steps=8
-    )
+    make = decode_fns(model, params, inputs, 4)
+    seqs, scores = beam_search(*make(8), jnp.array([7]), beam_size=4, alpha=0.6, max_steps=8)
     for j in range(4):
         seq = list(np.asarray(seqs[0, j]))
         seq = seq[: seq.index(EOS_ID) + 1]
@@ -125,11 +107,9 @@ def test_output_never_exceeds_input_plus_extra():
     src_lens = np.array([3, 1])
     extra = 4
     max_lengths = jnp.array(src_lens + extra)
-    t2l, cache_fn = decode_fns(model, params, inputs, 4)
+    make = decode_fns(model, params, inputs, 4)
     steps = 3 + extra + 1
-    seqs, _ = beam_search(
-        t2l, cache_fn(steps), max_lengths, beam_size=4, alpha=0.6, max_steps=steps
-    )
+    seqs, _ = beam_search(*make(steps), max_lengths, beam_size=4, alpha=0.6, max_steps=steps)
     for b in range(2):
         for j in range(4):
             seq = list(np.asarray(seqs[b, j]))

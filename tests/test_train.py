@@ -132,22 +132,32 @@ def test_nan_guard_stops_and_keeps_last_good_checkpoint(root, vocab, tmp_path, m
     assert all(np.isfinite(np.asarray(x)).all() for x in jax.tree_util.tree_leaves(state))
 
 
-def _train_cmd(root, workdir, vocab, steps, *extra):
+def _tx_train(root, workdir, *extra):
+    """The command line of `python -m tx train` on the tiny config."""
+    config = str(root / "configs" / "tiny.py")
     return [
         sys.executable,
         "-m",
         "tx",
         "train",
         "--config",
-        str(root / "configs" / "tiny.py"),
+        config,
         "--workdir",
         str(workdir),
+        *extra,
+    ]
+
+
+def _train_cmd(root, workdir, vocab, steps, *extra):
+    return _tx_train(
+        root,
+        workdir,
         f"--config.data.vocab_path={vocab}",
         f"--config.train.num_steps={steps}",
         "--config.train.checkpoint_every_steps=1",
         "--config.train.log_every_steps=1",
         *extra,
-    ]
+    )
 
 
 def _final_params(workdir, cfg, step):
@@ -236,23 +246,13 @@ def test_workdir_refuses_another_vocabulary(root, vocab, tmp_path):
 
 
 def test_cli_bad_input_is_one_clear_line(root, tmp_path):
-    res = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "tx",
-            "train",
-            "--config",
-            str(root / "configs" / "tiny.py"),
-            "--workdir",
-            str(tmp_path),
-            "--config.data.source=text",
-            f"--config.data.train_prefix={tmp_path}/missing",
-        ],
-        cwd=root,
-        capture_output=True,
-        text=True,
+    cmd = _tx_train(
+        root,
+        tmp_path,
+        "--config.data.source=text",
+        f"--config.data.train_prefix={tmp_path}/missing",
     )
+    res = subprocess.run(cmd, cwd=root, capture_output=True, text=True)
     assert res.returncode == 2
     assert "error: data file not found:" in res.stderr and "missing.en" in res.stderr
     assert "Traceback" not in res.stderr

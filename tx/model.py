@@ -426,3 +426,30 @@ def init_cache(model: Transformer, params, encoded: Array, inputs: Array, max_le
     # Only the shapes are needed: no forward pass over max_len positions is run.
     shapes = jax.eval_shape(allocate)
     return jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+
+
+def beam_decoder(model: Transformer, params, inputs: Array, beam_size: int, max_len: int):
+    """What a search needs to decode `inputs` [b, s] with `beam_size` hypotheses each.
+
+    Returns (tokens_to_logits, cache): the cache holds the encoder output's cross-attention
+    state for b*k rows and room for `max_len` output positions; tokens_to_logits maps the
+    previous tokens [b*k, 1] and the cache to (logits [b*k, V], new cache).
+    """
+    encoded = model.apply({"params": params}, inputs, method=Transformer.encode)
+    encoded = jnp.repeat(encoded, beam_size, axis=0)  # [b*k, s, m]
+    inputs_k = jnp.repeat(inputs, beam_size, axis=0)  # [b*k, s]
+    cache = init_cache(model, params, encoded, inputs_k, max_len)
+
+    def tokens_to_logits(ids: Array, cache):
+        logits, variables = model.apply(
+            {"params": params, "cache": cache},
+            encoded,
+            inputs_k,
+            ids,
+            decode=True,
+            method=Transformer.decode,
+            mutable=["cache"],
+        )
+        return logits[:, 0], variables["cache"]
+
+    return tokens_to_logits, cache

@@ -12,7 +12,6 @@ import logging
 import os
 
 import jax
-import jax.numpy as jnp
 import ml_collections
 import numpy as np
 from jax.sharding import Mesh, NamedSharding
@@ -23,7 +22,7 @@ from tx.config import model_config
 from tx.data.pipeline import eval_batches
 from tx.data.tokenizer import EOS_ID, MODEL_FILENAME, PAD_ID, Tokenizer
 from tx.decode import beam_search
-from tx.model import Transformer, init_cache
+from tx.model import Transformer, beam_decoder
 from tx.train import abstract_train_state, make_trainer
 
 
@@ -77,23 +76,7 @@ def _decode_batch(
     model: Transformer, params, inputs, max_lengths, *, beam_size: int, alpha: float, max_steps: int
 ):
     """inputs [b, s] -> (sequences [b, k, max_steps], scores [b, k])."""
-    encoded = model.apply({"params": params}, inputs, method=Transformer.encode)
-    encoded = jnp.repeat(encoded, beam_size, axis=0)  # [b*k, s, m]
-    inputs_k = jnp.repeat(inputs, beam_size, axis=0)
-    cache = init_cache(model, params, encoded, inputs_k, max_steps)
-
-    def tokens_to_logits(ids, cache):
-        logits, variables = model.apply(
-            {"params": params, "cache": cache},
-            encoded,
-            inputs_k,
-            ids,
-            decode=True,
-            method=Transformer.decode,
-            mutable=["cache"],
-        )
-        return logits[:, 0], variables["cache"]
-
+    tokens_to_logits, cache = beam_decoder(model, params, inputs, beam_size, max_steps)
     return beam_search(
         tokens_to_logits, cache, max_lengths, beam_size=beam_size, alpha=alpha, max_steps=max_steps
     )
