@@ -142,6 +142,32 @@ def multiprocess(out, workdir, port, pid):
     jax.distributed.shutdown()
 
 
+def translate_ids_run(out, port=None, pid=None):
+    """Decodes fixed token ids with freshly initialised parameters, in 1 or 2 processes."""
+    import ml_collections
+
+    from tx.translate import LoadedModel, translate_ids
+
+    if port is not None:
+        jax.config.update("jax_cpu_collectives_implementation", "gloo")
+        jax.distributed.initialize(f"localhost:{port}", 2, int(pid))
+    cfg = config((jax.process_count(), 1, 1))
+    mesh = sharding.make_mesh(cfg.mesh)
+    trainer = make_trainer(cfg, model_config(cfg), mesh, sharding.rules(cfg.mesh))
+    state = create_train_state(trainer, seed=0)
+    loaded = LoadedModel(trainer.model, state.params, None, "init", mesh)
+    rng = np.random.default_rng(1)
+    ids = [np.append(rng.integers(4, 320, n), 1).astype(np.int32) for n in rng.integers(1, 20, 9)]
+    decode = ml_collections.ConfigDict(
+        dict(beam_size=4, alpha=0.6, max_extra_len=5, batch_tokens=64)
+    )
+    hyps = translate_ids(loaded, ids, decode, (8, 16, 32))
+    if jax.process_index() == 0:
+        json.dump([[h[0][0].tolist(), h[0][1]] for h in hyps], open(out, "w"))
+    if port is not None:
+        jax.distributed.shutdown()
+
+
 def single(out):
     _, state, losses, _ = run((1, 1, 1), devices=jax.devices()[:1])
     np.savez(out, **flat(state))
@@ -158,4 +184,5 @@ if __name__ == "__main__":
         "restore": restore,
         "multiprocess": multiprocess,
         "single": single,
+        "translate": translate_ids_run,
     }[mode](out, *args)

@@ -150,3 +150,35 @@ def test_two_processes_train_like_one(tmp_path):
     worker("restore", restored, tmp_path / "ckpt", "1,1,1", devices=1)
     for k, v in dict(np.load(restored)).items():
         np.testing.assert_array_equal(v, multi[k], err_msg=k)
+
+
+@pytest.mark.multiprocess
+def test_decoding_split_across_two_processes_matches_one(tmp_path):
+    port = _free_port()
+    env = {
+        **os.environ,
+        "XLA_FLAGS": "--xla_force_host_platform_device_count=1",
+        "JAX_PLATFORMS": "cpu",
+    }
+    out = tmp_path / "mp.json"
+    procs = [
+        subprocess.Popen(
+            [sys.executable, WORKER, "translate", str(out), str(port), str(i)],
+            env=env,
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for i in range(2)
+    ]
+    for p in procs:
+        log, _ = p.communicate(timeout=600)
+        assert p.returncode == 0, log[-3000:]
+    single_out = tmp_path / "sp.json"
+    worker("translate", single_out, devices=1)
+    multi, single = json.loads(out.read_text()), json.loads(single_out.read_text())
+    assert len(multi) == len(single) == 9
+    for (m_ids, m_score), (s_ids, s_score) in zip(multi, single, strict=True):
+        assert m_ids == s_ids
+        assert m_score == pytest.approx(s_score, abs=1e-5)
