@@ -73,11 +73,20 @@ def test_translate_cli_reads_stdin_and_files(root, workdir, tmp_path):
 def test_average_then_evaluate_json(root, workdir):
     avg = json.loads(run_tx(root, "average", "--workdir", workdir, "--last", "3").splitlines()[-1])
     assert avg["steps"] == [10, 15, 20]
+    # Averaging again is a no-op, and averaging other steps replaces the averaged checkpoint.
+    again = json.loads(
+        run_tx(root, "average", "--workdir", workdir, "--last", "3").splitlines()[-1]
+    )
+    assert again["steps"] == [10, 15, 20]
+    other = json.loads(
+        run_tx(root, "average", "--workdir", workdir, "--last", "2").splitlines()[-1]
+    )
+    assert other["steps"] == [15, 20]
     result = json.loads(
         run_tx(root, "evaluate", "--workdir", workdir, "--split", "test", "--json").splitlines()[-1]
     )
     assert {"bleu", "bleu_signature", "tok_bleu", "chrf", "num_sentences"} <= set(result)
-    assert result["num_sentences"] == 500 and result["checkpoint"].startswith("averaged/20")
+    assert result["num_sentences"] == 500 and result["checkpoint"] == "averaged/20 (steps [15, 20])"
     with open(result["hypotheses_file"]) as f:
         assert len(f.read().splitlines()) == 500
 

@@ -99,6 +99,8 @@ def save_params(workdir: str, step: int, params, sources: list[int]) -> str:
         ),
         item_names=("params", "meta"),
     )
+    if step in manager.all_steps():  # averaged over other steps before: replace it
+        manager.delete(step)
     manager.save(
         step,
         args=ocp.args.Composite(
@@ -152,6 +154,11 @@ def average_last(workdir: str, last: int, abstract_state) -> tuple[str, list[int
     if last < 1:
         raise ValueError(f"--last must be >= 1, got {last}")
     chosen = steps[-last:]
+    if chosen[-1] in averaged_steps(workdir):
+        _, meta = restore_averaged(workdir, chosen[-1], abstract_state.params)
+        if meta["averaged_steps"] == chosen:  # already done (e.g. `make demo` run twice)
+            ckpt.close()
+            return os.path.join(workdir, AVERAGED, str(chosen[-1])), chosen
     total, n = None, 0
     for step in chosen:  # a running sum: memory stays at two parameter trees
         params = ckpt.restore(step, abstract_state)[0].params

@@ -47,7 +47,10 @@ def run_demo(cfg: ml_collections.ConfigDict, workdir: str, say=print) -> dict:
         "test_chrf": round(result["chrf"], 2),
         "bleu_signature": result["bleu_signature"],
         "copy_source_bleu": round(baseline["bleu"], 2),
-        "dev_perplexity": round(metrics.get("dev_perplexity", float("nan")), 3),
+        # None when training had already finished before this run (nothing was evaluated).
+        "dev_perplexity": round(metrics["dev_perplexity"], 3)
+        if "dev_perplexity" in metrics
+        else None,
         "train_steps": metrics["step"],
         "train_seconds": round(train_secs, 1),
         "decode_seconds": round(decode_secs, 1),
