@@ -98,32 +98,17 @@ def test_checkpoint_from_8_devices_restores_on_1_and_4(tmp_path):
         assert json.loads(pathlib.Path(str(out) + ".json").read_text()) == {"epoch": 0, "batch": 3}
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("localhost", 0))
-        return s.getsockname()[1]
-
-
-@pytest.mark.multiprocess
-def test_two_processes_train_like_one(tmp_path):
+def two_processes(mode, out, *args):
+    """Runs the worker's `mode` as processes 0 and 1 of a jax.distributed job on localhost."""
     port = _free_port()
     env = {
         **os.environ,
         "XLA_FLAGS": "--xla_force_host_platform_device_count=1",
         "JAX_PLATFORMS": "cpu",
     }
-    out = tmp_path / "mp.npz"
     procs = [
         subprocess.Popen(
-            [
-                sys.executable,
-                WORKER,
-                "multiprocess",
-                str(out),
-                str(tmp_path / "ckpt"),
-                str(port),
-                str(i),
-            ],
+            [sys.executable, WORKER, mode, str(out), *map(str, args), str(port), str(i)],
             env=env,
             cwd=ROOT,
             stdout=subprocess.PIPE,
@@ -135,6 +120,18 @@ def test_two_processes_train_like_one(tmp_path):
     for p in procs:
         log, _ = p.communicate(timeout=600)
         assert p.returncode == 0, log[-3000:]
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("localhost", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.multiprocess
+def test_two_processes_train_like_one(tmp_path):
+    out = tmp_path / "mp.npz"
+    two_processes("multiprocess", out, tmp_path / "ckpt")
     multi = dict(np.load(out))
     assert json.loads(pathlib.Path(str(out) + ".json").read_text())["processes"] == 2
     single_out = tmp_path / "sp.npz"
@@ -154,27 +151,8 @@ def test_two_processes_train_like_one(tmp_path):
 
 @pytest.mark.multiprocess
 def test_decoding_split_across_two_processes_matches_one(tmp_path):
-    port = _free_port()
-    env = {
-        **os.environ,
-        "XLA_FLAGS": "--xla_force_host_platform_device_count=1",
-        "JAX_PLATFORMS": "cpu",
-    }
     out = tmp_path / "mp.json"
-    procs = [
-        subprocess.Popen(
-            [sys.executable, WORKER, "translate", str(out), str(port), str(i)],
-            env=env,
-            cwd=ROOT,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        for i in range(2)
-    ]
-    for p in procs:
-        log, _ = p.communicate(timeout=600)
-        assert p.returncode == 0, log[-3000:]
+    two_processes("translate", out)
     single_out = tmp_path / "sp.json"
     worker("translate", single_out, devices=1)
     multi, single = json.loads(out.read_text()), json.loads(single_out.read_text())

@@ -114,13 +114,15 @@ class StopSignal:
             signal.signal(sig, old)
 
 
-def _sync_flag(flag: bool) -> bool:
-    """True on every process if it is true on any (only needed with several processes)."""
+def _sync_flags(*flags: bool) -> tuple[bool, ...]:
+    """Each flag true on every process if it is true on any: one collective for all of them
+    (only needed with several processes)."""
     if jax.process_count() == 1:
-        return flag
+        return flags
     from jax.experimental import multihost_utils
 
-    return bool(multihost_utils.process_allgather(np.array(flag)).any())
+    gathered = multihost_utils.process_allgather(np.array(flags, bool))  # [processes, n]
+    return tuple(bool(x) for x in np.asarray(gathered).reshape(-1, len(flags)).any(0))
 
 
 def _batch_stats(batch: dict) -> tuple[int, int, float, float]:
@@ -268,8 +270,8 @@ def _loop(cfg, workdir, trainer, ckpt, state, stream, spec, progress, dev, bleu_
             due = (t.checkpoint_every_steps and step % t.checkpoint_every_steps == 0) or (
                 t.checkpoint_every_secs and time.monotonic() - last_save >= t.checkpoint_every_secs
             )
-            stopping = _sync_flag(stop.received is not None)
-            if _sync_flag(bool(due)) or stopping or step == t.num_steps:
+            stopping, due = _sync_flags(stop.received is not None, bool(due))
+            if due or stopping or step == t.num_steps:
                 window.check()  # never save a state after a non-finite step
                 ckpt.save(step, state, position)
                 last_save = time.monotonic()
