@@ -81,10 +81,13 @@ class Embed(nn.Module):
         return emb * jnp.asarray(np.sqrt(self.d_model), self.dtype)
 
     def attend(self, x: Array) -> Array:
-        """[b, l, m] -> logits [b, l, V] (float32 for a stable softmax)."""
-        return jnp.einsum("blm,Vm->blV", x, jnp.asarray(self.embedding, self.dtype)).astype(
-            jnp.float32
-        )
+        """[b, l, m] -> logits [b, l, V] float32.
+
+        The product runs in `dtype` but accumulates into and returns float32: casting a
+        bfloat16 result would round every logit to 8 significant bits (up to 2^-9 relative).
+        """
+        embedding = jnp.asarray(self.embedding, self.dtype)
+        return jnp.einsum("blm,Vm->blV", x, embedding, preferred_element_type=jnp.float32)
 
 
 class PositionEmbedding(nn.Module):
@@ -112,6 +115,19 @@ class PositionEmbedding(nn.Module):
         return x + pe.astype(self.dtype)
 
 
+def attention_logits(query: Array, key: Array) -> Array:
+    """Q K^T / sqrt(d_k), accumulated in and returned as float32 (not rounded to `dtype`).
+
+    Args:
+      query: [b, q, h, d]; key: [b, k, h, d].
+
+    Returns:
+      float32 [b, h, q, k].
+    """
+    logits = jnp.einsum("bqhd,bkhd->bhqk", query, key, preferred_element_type=jnp.float32)
+    return logits / np.sqrt(query.shape[-1]).astype(np.float32)
+
+
 def dot_product_attention(
     query: Array,
     key: Array,
@@ -130,9 +146,7 @@ def dot_product_attention(
     Returns:
       [b, q, h, v] in the dtype of `value`.
     """
-    d_k = query.shape[-1]
-    logits = jnp.einsum("bqhd,bkhd->bhqk", query, key).astype(jnp.float32)
-    logits = logits / np.sqrt(d_k).astype(np.float32)
+    logits = attention_logits(query, key)
     if mask is not None:
         # The paper sets masked logits to -inf; the most negative finite float gives the same
         # softmax whenever a row has one valid key, and no NaN for an all-padding row.
