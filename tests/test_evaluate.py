@@ -1,4 +1,5 @@
-"""Scores: the paper's tokenized, compound-split BLEU by hand; sacreBLEU; checkpoint mean."""
+"""Scores: the paper's tokenized BLEU by hand (compound-split for German only); sacreBLEU;
+checkpoint mean."""
 
 import math
 from collections import Counter
@@ -8,7 +9,13 @@ import numpy as np
 import pytest
 
 from tx.checkpoint import average_params
-from tx.evaluate import score_all, split_compounds, token_bleu, tokenized_bleu
+from tx.evaluate import (
+    score_all,
+    split_compounds,
+    tok_bleu_recipe,
+    token_bleu,
+    tokenized_bleu,
+)
 
 
 def test_compound_split_matches_get_ende_bleu_perl():
@@ -51,6 +58,34 @@ def test_paper_bleu_tokenizes_and_splits_compounds():
     hyp_tok = head + " , sagte er ."
     ref_tok = head + " , sagt er ."
     assert tokenized_bleu(hyp, ref, "de") == pytest.approx(hand_bleu(hyp_tok, ref_tok), abs=1e-6)
+
+
+def test_compounds_are_split_for_german_targets_only():
+    hyp = ["Le porte-parole du ministère viendra demain à Paris."]
+    ref = ["Le porte-avions du ministère viendra demain à Paris."]
+    tail = " du ministère viendra demain à Paris ."
+    # EN-DE (get_ende_bleu.sh): three tokens where other targets have one hyphenated word.
+    de = hand_bleu("Le porte ##AT##-##AT## parole" + tail, "Le porte ##AT##-##AT## avions" + tail)
+    # Any other target: Moses tokens and multi-bleu only; the hyphenated words simply differ.
+    fr = hand_bleu("Le porte-parole" + tail, "Le porte-avions" + tail)
+    assert abs(de - fr) > 1  # 70.2 vs 75.1
+    assert tokenized_bleu(hyp, ref, "de") == pytest.approx(de, abs=1e-6)
+    assert tokenized_bleu(hyp, ref, "fr") == pytest.approx(fr, abs=1e-6)
+
+
+def test_tok_bleu_recipe_names_the_split_only_for_german():
+    assert tok_bleu_recipe("de") == (
+        "sacremoses tokenizer.perl -l de (escape)"
+        r" | compound split s{(\S)-(\S)}{$1 ##AT##-##AT## $2}g"
+        " | multi-bleu (case-sensitive, no smoothing)"
+    )
+    assert tok_bleu_recipe("fr") == (
+        "sacremoses tokenizer.perl -l fr (escape) | multi-bleu (case-sensitive, no smoothing)"
+    )
+    refs = ["Le chat dort.", "Il pleut."]
+    assert score_all(refs, refs, "de")["tok_bleu_recipe"] == tok_bleu_recipe("de")
+    fr = score_all(refs, refs, "fr")["tok_bleu_recipe"]
+    assert fr == tok_bleu_recipe("fr") and "##AT##" not in fr and "split" not in fr
 
 
 def test_score_all_reports_every_key():

@@ -96,7 +96,10 @@ def _evaluate(args, cfg) -> int:
         print(json.dumps(result))
     else:
         print(f"{args.split}: sacreBLEU {result['bleu']:.2f} ({result['bleu_signature']})")
-        print(f"{args.split}: tokenized BLEU {result['tok_bleu']:.2f} (paper style)")
+        print(
+            f"{args.split}: tokenized BLEU {result['tok_bleu']:.2f} "
+            f"(paper style: {result['tok_bleu_recipe']})"
+        )
         print(
             f"{args.split}: chrF {result['chrf']:.2f}; {result['num_sentences']} sentences; "
             f"hypotheses in {result['hypotheses_file']}"

@@ -2,10 +2,12 @@
 
 * `sacrebleu_scores`: detokenized hypotheses against raw references with sacreBLEU's own
   13a tokenization: the comparable standard today, reported with its signature.
-* `tokenized_bleu`: the paper's number (tensor2tensor's get_ende_bleu.sh): Moses tokenization
-  (sacremoses, as tokenizer.perl -l LANG), German compounds split at hyphens
-  (`s{(\\S)-(\\S)}{$1 ##AT##-##AT## $2}g`), then BLEU over those tokens with no further
-  tokenization, as multi-bleu.perl computes it (case-sensitive, no smoothing).
+* `tokenized_bleu`: the paper's number: Moses tokenization (sacremoses, as tokenizer.perl
+  -l LANG with its default HTML escaping), then BLEU over those tokens with no further
+  tokenization, as multi-bleu.perl computes it (case-sensitive, no smoothing). For a German
+  target only, compounds are first split at hyphens (`s{(\\S)-(\\S)}{$1 ##AT##-##AT## $2}g`), as
+  tensor2tensor's get_ende_bleu.sh does; that script is EN-DE's, so EN-FR and any other target
+  are not split. `tok_bleu_recipe(lang)` spells out the exact steps, and `score_all` reports it.
 No sentence is ever dropped, lower-cased or shortened.
 """
 
@@ -18,6 +20,7 @@ from sacrebleu.metrics import BLEU, CHRF
 from sacremoses import MosesTokenizer
 
 _COMPOUND = re.compile(r"(\S)-(\S)")
+COMPOUND_SPLIT_LANGS = frozenset({"de"})  # get_ende_bleu.sh is EN-DE's: German targets only
 
 
 def moses_tokenize(lines: list[str], lang: str) -> list[str]:
@@ -32,11 +35,26 @@ def split_compounds(line: str) -> str:
     return _COMPOUND.sub(r"\1 ##AT##-##AT## \2", line)
 
 
+def tok_bleu_recipe(lang: str) -> str:
+    """The exact steps `tokenized_bleu` takes for target language `lang`, as one line."""
+    steps = [f"sacremoses tokenizer.perl -l {lang} (escape)"]
+    if lang in COMPOUND_SPLIT_LANGS:
+        steps.append(r"compound split s{(\S)-(\S)}{$1 ##AT##-##AT## $2}g")
+    steps.append("multi-bleu (case-sensitive, no smoothing)")
+    return " | ".join(steps)
+
+
+def paper_tokenize(lines: list[str], lang: str) -> list[str]:
+    """Moses tokens, compound-split for a German target (the first steps of tok_bleu_recipe)."""
+    tokens = moses_tokenize(lines, lang)
+    if lang in COMPOUND_SPLIT_LANGS:
+        tokens = [split_compounds(x) for x in tokens]
+    return tokens
+
+
 def tokenized_bleu(hypotheses: list[str], references: list[str], lang: str) -> float:
-    """The paper's tokenized, compound-split BLEU (0-100)."""
-    hyp = [split_compounds(x) for x in moses_tokenize(hypotheses, lang)]
-    ref = [split_compounds(x) for x in moses_tokenize(references, lang)]
-    return token_bleu(hyp, ref).score
+    """The paper's tokenized BLEU (0-100), compound-split for German (see tok_bleu_recipe)."""
+    return token_bleu(paper_tokenize(hypotheses, lang), paper_tokenize(references, lang)).score
 
 
 def token_bleu(hyp_tokens: list[str], ref_tokens: list[str]):
@@ -84,6 +102,7 @@ def score_all(hypotheses: list[str], references: list[str], lang: str, bootstrap
         raise ValueError(f"{len(hypotheses)} hypotheses for {len(references)} references")
     out = sacrebleu_scores(hypotheses, references)
     out["tok_bleu"] = tokenized_bleu(hypotheses, references, lang)
+    out["tok_bleu_recipe"] = tok_bleu_recipe(lang)
     out["num_sentences"] = len(references)
     if bootstrap:
         out["bleu_95ci"] = bootstrap_interval(hypotheses, references, bootstrap)
