@@ -80,12 +80,21 @@ def train_tokenizer(
     sample_size: int = 1_000_000,
     character_coverage: float = 1.0,
     seed: int = 0,
+    normalization: str = "identity",
+    split_digits: bool = False,
 ) -> str:
     """Trains one vocabulary on source and target sentences together.
 
     Sentences are reservoir-sampled down to `sample_size` (the paper's 37k BPE was learned on
     the whole WMT corpus; a few million sentences give the same vocabulary in practice). The
     model is written atomically to `model_dir/spm.model` and its path returned.
+
+    `normalization` is SentencePiece's normalization_rule_name: "identity" keeps every character,
+    so `decode(encode(s)) == s` for any line the sources give (stripped, single-spaced) whose
+    characters were seen in training; "nmt_nfkc" (SentencePiece's default) rewrites some, such as
+    "…" -> "...", which then no decoded hypothesis can match. `split_digits` puts every digit in
+    its own piece. Both rules are stored in the model file, so encoding always follows the
+    vocabulary's own training.
     """
     reservoir = _reservoir_sample(sentences, sample_size, seed)
     os.makedirs(model_dir, exist_ok=True)
@@ -110,8 +119,12 @@ def train_tokenizer(
                 input_sentence_size=0,  # already sampled above
                 num_threads=max(1, os.cpu_count() or 1),
                 minloglevel=2,
-                # Digits split individually: numbers are copied, not memorised.
-                split_digits=True,
+                normalization_rule_name=normalization,
+                # Strips the ends and collapses runs of ASCII spaces only (with "identity", other
+                # spaces such as U+00A0 stay characters): sources already strip lines, and BLEU and
+                # chrF ignore space runs, so the model need not learn to write them.
+                remove_extra_whitespaces=True,
+                split_digits=split_digits,
             )
         except RuntimeError as e:
             raise VocabularyError(
