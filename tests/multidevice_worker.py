@@ -12,6 +12,7 @@ import sys
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+import equivalence  # noqa: E402  (tests/equivalence.py, beside this file)
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
@@ -31,16 +32,16 @@ STEPS = 3
 ROWS = 16
 
 
-def config(mesh_shape=None):
-    overrides = list(OVERRIDES)
+def config(mesh_shape=None, micro_batches=1):
+    overrides = [*OVERRIDES, f"train.micro_batches={micro_batches}"]
     if mesh_shape:
         d, f, t = mesh_shape
         overrides += [f"mesh.shape.data={d}", f"mesh.shape.fsdp={f}", f"mesh.shape.tensor={t}"]
     return load_config(str(ROOT / "configs" / "tiny.py"), overrides)
 
 
-def batches():
-    rng = np.random.default_rng(0)
+def batches(seed=0):
+    rng = np.random.default_rng(seed)
     out = []
     for _ in range(STEPS):
         inputs = rng.integers(4, 320, (ROWS, 16)).astype(np.int32)
@@ -51,19 +52,32 @@ def batches():
     return out
 
 
-def run(mesh_shape=None, devices=None, rows=slice(None)):
-    cfg = config(mesh_shape)
+def setup(mesh_shape=None, devices=None, seed=0, optimizer=None, micro_batches=1):
+    cfg = config(mesh_shape, micro_batches)
     mesh = sharding.make_mesh(cfg.mesh, devices)
-    trainer = make_trainer(cfg, model_config(cfg), mesh, sharding.rules(cfg.mesh))
-    state = create_train_state(trainer, seed=0)
+    trainer = make_trainer(cfg, model_config(cfg), mesh, sharding.rules(cfg.mesh), optimizer)
+    return trainer, create_train_state(trainer, seed=seed)
+
+
+def global_batches(mesh, seed=0, rows=slice(None)):
+    """This process's `rows` of every batch, as global arrays."""
+    return [sharding.global_batch({k: v[rows] for k, v in b.items()}, mesh) for b in batches(seed)]
+
+
+def run_sgd(mesh_shape=None, devices=None, seed=0, rows=slice(None), micro_batches=1):
+    """STEPS of SGD, recording losses and gradients (see tests/equivalence.py)."""
+    optimizer = equivalence.sgd_keeping_gradients()
+    trainer, state = setup(mesh_shape, devices, seed, optimizer, micro_batches)
     step = jit_train_step(trainer)
-    losses, grad_norms = [], []
-    for b in batches():
-        local = {k: v[rows] for k, v in b.items()}
-        state, m = step(state, sharding.global_batch(local, mesh))
-        losses.append(float(m["loss"]) / float(m["weight"]))
-        grad_norms.append(float(m["grad_norm"]))
-    return trainer, state, losses, grad_norms
+    return equivalence.record(step, state, global_batches(trainer.mesh, seed, rows), flat)
+
+
+def run_adam(mesh_shape=None, devices=None):
+    trainer, state = setup(mesh_shape, devices)
+    step = jit_train_step(trainer)
+    for b in global_batches(trainer.mesh):
+        state, _ = step(state, b)
+    return trainer, state
 
 
 def flat(tree):
@@ -78,17 +92,22 @@ def flat(tree):
     return {jax.tree_util.keystr(p): gather(x) for p, x in leaves}
 
 
-def equivalence(out):
-    _, ref_state, ref_loss, ref_gn = run(devices=jax.devices()[:1])
-    ref = flat(ref_state.params)
+# (data, fsdp, tensor), micro-batches: every axis alone, all three, and accumulation on a mesh.
+MESHES = (((8, 1, 1), 1), ((4, 2, 1), 1), ((2, 2, 2), 1), ((1, 1, 8), 1), ((4, 2, 1), 2))
+
+
+def equivalence_run(out, seed="0"):
+    """Each mesh against one device with the same micro-batches (dropout masks depend on
+    them): the largest loss / gradient / parameter errors."""
+    seed = int(seed)
+    refs = {}
     report = {}
-    for shape in ((8, 1, 1), (4, 2, 1), (2, 2, 2), (1, 1, 8)):
-        _, state, loss, gn = run(shape)
-        params = flat(state.params)
-        report[str(shape)] = {
-            "loss_diff": max(abs(a - b) for a, b in zip(loss, ref_loss, strict=True)),
-            "grad_norm_diff": max(abs(a - b) / b for a, b in zip(gn, ref_gn, strict=True)),
-            "param_diff": max(float(np.abs(params[k] - ref[k]).max()) for k in ref),
+    for shape, micro in MESHES:
+        if micro not in refs:
+            refs[micro] = run_sgd(devices=jax.devices()[:1], seed=seed, micro_batches=micro)[1]
+        state, got = run_sgd(shape, seed=seed, micro_batches=micro)
+        report[f"{shape} x{micro}"] = {
+            **equivalence.compare_steps(refs[micro], got),
             "spec_example": str(state.params["decoder"]["layer_0"]["ffn"]["wi"].sharding.spec),
         }
     json.dump(report, open(out, "w"))
@@ -109,7 +128,7 @@ def golden(out):
 
 
 def save(out, workdir, shape):
-    trainer, state, _, _ = run(tuple(int(x) for x in shape.split(",")))
+    _, state = run_adam(tuple(int(x) for x in shape.split(",")))
     ckpt = Checkpointer(workdir, async_save=True)
     ckpt.save(STEPS, state, {"epoch": 0, "batch": STEPS})
     ckpt.close()
@@ -117,10 +136,11 @@ def save(out, workdir, shape):
         np.savez(out, **flat(state))
 
 
-def restore(out, workdir, shape):
+def restore(out, workdir, shape, optimizer="adam"):
     cfg = config(tuple(int(x) for x in shape.split(",")))
     mesh = sharding.make_mesh(cfg.mesh)
-    trainer = make_trainer(cfg, model_config(cfg), mesh, sharding.rules(cfg.mesh))
+    opt = equivalence.sgd_keeping_gradients() if optimizer == "sgd" else None
+    trainer = make_trainer(cfg, model_config(cfg), mesh, sharding.rules(cfg.mesh), opt)
     state, position = Checkpointer(workdir).restore(STEPS, abstract_train_state(trainer))
     np.savez(out, **flat(state))
     json.dump(position, open(out + ".json", "w"))
@@ -131,15 +151,25 @@ def multiprocess(out, workdir, port, pid):
     jax.distributed.initialize(f"localhost:{port}", 2, int(pid))
     per = ROWS // 2
     rows = slice(int(pid) * per, (int(pid) + 1) * per)  # this process's half of each batch
-    trainer, state, losses, _ = run((2, 1, 1), rows=rows)
+    state, record = run_sgd((2, 1, 1), rows=rows)
     ckpt = Checkpointer(workdir)
     ckpt.save(STEPS, state, {"epoch": 0, "batch": STEPS})
     ckpt.close()
     params = flat(state)
     if jax.process_index() == 0:
         np.savez(out, **params)
-        json.dump({"losses": losses, "processes": jax.process_count()}, open(out + ".json", "w"))
+        _dump_record(out, record, processes=jax.process_count())
     jax.distributed.shutdown()
+
+
+def _dump_record(out, record, **extra):
+    """The recorded run as OUT.record.npz (losses, per-step gradients, final parameters)."""
+    arrays = {"losses": np.array(record["losses"])}
+    for i, grads in enumerate(record["grads"]):
+        arrays.update({f"grad{i}/{k}": v for k, v in grads.items()})
+    arrays.update({f"param/{k}": v for k, v in record["params"].items()})
+    np.savez(out + ".record.npz", **arrays)
+    json.dump(extra, open(out + ".json", "w"))
 
 
 def translate_ids_run(out, port=None, pid=None):
@@ -151,11 +181,8 @@ def translate_ids_run(out, port=None, pid=None):
     if port is not None:
         jax.config.update("jax_cpu_collectives_implementation", "gloo")
         jax.distributed.initialize(f"localhost:{port}", 2, int(pid))
-    cfg = config((jax.process_count(), 1, 1))
-    mesh = sharding.make_mesh(cfg.mesh)
-    trainer = make_trainer(cfg, model_config(cfg), mesh, sharding.rules(cfg.mesh))
-    state = create_train_state(trainer, seed=0)
-    loaded = LoadedModel(trainer.model, state.params, None, "init", mesh)
+    trainer, state = setup((jax.process_count(), 1, 1))
+    loaded = LoadedModel(trainer.model, state.params, None, "init", trainer.mesh)
     rng = np.random.default_rng(1)
     ids = [np.append(rng.integers(4, 320, n), 1).astype(np.int32) for n in rng.integers(1, 20, 9)]
     decode = ml_collections.ConfigDict(
@@ -169,16 +196,15 @@ def translate_ids_run(out, port=None, pid=None):
 
 
 def single(out):
-    _, state, losses, _ = run((1, 1, 1), devices=jax.devices()[:1])
-    np.savez(out, **flat(state))
-    json.dump({"losses": losses}, open(out + ".json", "w"))
+    _, record = run_sgd((1, 1, 1), devices=jax.devices()[:1])
+    _dump_record(out, record, processes=1)
 
 
 if __name__ == "__main__":
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     mode, out, *args = sys.argv[1:]
     {
-        "equivalence": equivalence,
+        "equivalence": equivalence_run,
         "golden": golden,
         "save": save,
         "restore": restore,

@@ -7,6 +7,7 @@ import subprocess
 import sys
 import time
 
+import equivalence
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -59,9 +60,9 @@ def test_workdir_with_other_model_is_refused(root, vocab, tmp_path):
         train(tiny(root, f"data.vocab_path={vocab}", "model.d_model=64"), str(tmp_path))
 
 
-def _trainer(cfg):
+def _trainer(cfg, optimizer=None):
     mesh = sharding.make_mesh(cfg.mesh)
-    return make_trainer(cfg, model_config(cfg), mesh, sharding.rules(cfg.mesh))
+    return make_trainer(cfg, model_config(cfg), mesh, sharding.rules(cfg.mesh), optimizer)
 
 
 def _batch(rows=8, length=16, seed=0):
@@ -74,20 +75,21 @@ def _batch(rows=8, length=16, seed=0):
 
 
 def test_gradient_accumulation_equals_one_big_batch(root):
-    results = []
+    """1 vs 4 micro-batches: the same loss and gradient at every step (SGD; tolerances and
+    observed errors in tests/equivalence.py)."""
+    runs = []
     for k in (1, 4):
         cfg = tiny(root, f"train.micro_batches={k}", "model.dropout_rate=0.0")
-        trainer = _trainer(cfg)
+        trainer = _trainer(cfg, equivalence.sgd_keeping_gradients())
         state = create_train_state(trainer, seed=0)
-        batch = sharding.global_batch(_batch(), trainer.mesh)
-        state, metrics = jit_train_step(trainer)(state, batch)
-        results.append((jax.device_get(state.params), jax.device_get(metrics)))
-    (p1, m1), (p4, m4) = results
-    assert float(m1["weight"]) == float(m4["weight"])
-    np.testing.assert_allclose(float(m1["loss"]), float(m4["loss"]), rtol=1e-5)
-    np.testing.assert_allclose(float(m1["grad_norm"]), float(m4["grad_norm"]), rtol=1e-4)
-    for a, b in zip(jax.tree_util.tree_leaves(p1), jax.tree_util.tree_leaves(p4), strict=True):
-        np.testing.assert_allclose(a, b, atol=2e-6, rtol=1e-4)
+        batches = [sharding.global_batch(_batch(seed=s), trainer.mesh) for s in range(3)]
+        _, record = equivalence.record(jit_train_step(trainer), state, batches, equivalence.flat)
+        runs.append(record)
+    assert runs[0]["weights"] == runs[1]["weights"]
+    errors = equivalence.compare_steps(*runs)
+    assert errors["loss"] <= equivalence.LOSS_RTOL, errors
+    assert errors["grad"] <= equivalence.GRAD_RTOL, errors
+    assert errors["params_per_step"] <= equivalence.PARAM_STEP_TOL, errors
 
 
 def test_train_step_rejects_non_finite_update(root):
