@@ -56,7 +56,10 @@ def main():
     out = {}
     base = load_config(os.path.join(root, "configs", "base.py"))
     spec = BatchSpec(
-        tuple(base.data.bucket_lengths), base.data.max_tokens, base.data.max_len, row_multiple=8
+        tuple(base.data.bucket_lengths),
+        base.data.tokens_per_step,
+        base.data.max_len,
+        row_multiple=8,
     )
     # WMT14 EN-DE has 4.5M pairs; packing (a Python loop) is measured on 1M of them.
     for name, n, s in (

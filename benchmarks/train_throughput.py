@@ -27,7 +27,9 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--config", default="configs/base.py")
     p.add_argument("--steps", type=int, default=3)
-    p.add_argument("--rows", type=int, default=0, help="rows per step (0: from data.max_tokens)")
+    p.add_argument(
+        "--rows", type=int, default=0, help="rows per step (0: from data.tokens_per_step)"
+    )
     p.add_argument("--length", type=int, default=32)
     p.add_argument("--dtype", default="", help="override model.dtype")
     args = p.parse_args()
@@ -38,7 +40,7 @@ def main():
     trainer = make_trainer(cfg, mc, mesh, sharding.rules(cfg.mesh))
     state = create_train_state(trainer, 0)
     step = jit_train_step(trainer)
-    rows = args.rows or cfg.data.max_tokens // args.length
+    rows = args.rows or cfg.data.tokens_per_step // args.length
     rows = max(1, rows // sharding.data_shards(mesh)) * sharding.data_shards(mesh)
     rng = np.random.default_rng(0)
     batch = {

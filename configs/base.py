@@ -52,8 +52,17 @@ def get_config():
         vocab_path=config_dict.placeholder(str),  # an existing SentencePiece model to use
         spm_model_type="bpe",  # "bpe" | "unigram"
         spm_sample_size=2_000_000,  # sentences sampled (source and target) to learn the vocabulary
+        spm_normalization="identity",  # round-trips text; nmt_nfkc makes … "...", NBSP " ", ﬁ "fi"
+        spm_split_digits=False,  # True: every digit its own piece (not in the paper)
         max_len=256,  # training pairs longer than this (in tokens, either side) are dropped
-        max_tokens=25_000,  # tokens per step per side (source and target), global
+        # Real (non-padding) tokens per side per optimizer step, global (all devices and
+        # micro-batches): the paper's "approximately 25000 source tokens and 25000 target
+        # tokens". Rows per bucket come from the data's mean lengths (tx/data/pipeline.py), so
+        # this holds on average on any device count; padded tokens stay <= 2x this (memory).
+        # tensor2tensor's transformer_base used batch_size=4096 per GPU x 8 GPUs, counted in
+        # *padded* positions of the longer side: at most 32,768 per side, about 25k real
+        # tokens per side once bucket padding and the shorter side are taken off.
+        tokens_per_step=25_000,
         bucket_lengths=(8, 12, 16, 20, 24, 28, 32, 40, 48, 56, 64, 80, 96, 128, 160, 192, 256),
         pack=False,  # pack several pairs per row (segment ids) instead of length buckets
         shuffle_seed=0,

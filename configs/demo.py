@@ -16,10 +16,11 @@ def get_config():
     cfg.data.demo_train_size = 200_000
     cfg.data.vocab_size = 1000
     cfg.data.spm_sample_size = 100_000
+    cfg.data.spm_split_digits = True  # demo choice: numbers are copied (per digit), not memorised
     cfg.data.max_len = 48  # the longest demo pair has about 40 tokens
     cfg.data.bucket_lengths = (16, 24, 32, 48)
     cfg.data.pack = True  # one row shape: 0.94 of tokens are real vs 0.72 with these buckets
-    cfg.data.max_tokens = 4096
+    cfg.data.tokens_per_step = 4096
     cfg.model.d_model = 128
     cfg.model.num_heads = 4
     cfg.model.d_ff = 512

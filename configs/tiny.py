@@ -16,7 +16,7 @@ def get_config():
     cfg.data.spm_sample_size = 4000
     cfg.data.max_len = 48
     cfg.data.bucket_lengths = (16, 32, 48)
-    cfg.data.max_tokens = 512
+    cfg.data.tokens_per_step = 512
     cfg.data.num_workers = 1
     cfg.model.d_model = 32
     cfg.model.num_heads = 4

@@ -17,7 +17,15 @@ from tx.data.pipeline import (
     plan_epoch,
 )
 from tx.data.token_cache import TokenizedSplit, tokenized
-from tx.data.tokenizer import BOS_ID, EOS_ID, PAD_ID, UNK_ID, Tokenizer, VocabularyError
+from tx.data.tokenizer import (
+    BOS_ID,
+    EOS_ID,
+    PAD_ID,
+    UNK_ID,
+    Tokenizer,
+    VocabularyError,
+    train_tokenizer,
+)
 
 
 # ---------------------------------------------------------------- demo corpus
@@ -193,6 +201,80 @@ def test_token_cache_with_two_workers_matches_one(tiny_run, tmp_path):
     np.testing.assert_array_equal(one.src_offsets, two.src_offsets)
 
 
+# ---------------------------------------------------------------- sub-words that round-trip
+# Real-looking pairs with typographic quotes, dashes, ellipses, no-break spaces (U+00A0, and the
+# narrow U+202F of French typography) and accents. The vocabulary is shared, so the target file
+# mixes German and French. Every character of ROUND_TRIP occurs here, so none becomes <unk>.
+TYPOGRAPHIC_PAIRS = [
+    ("“It’s over,” she said – and left…", "„Es ist vorbei“, sagte sie – und ging…"),
+    ("‘Wait’, he wrote — nobody came.", "« Attendez\u202f! », écrivit-il — personne ne vint."),
+    (
+        "Mr\u00a0Müller paid 2014\u00a0euros in 2014.",
+        "Herr\u00a0Müller zahlte 2014\u00a0Euro im Jahr 2014.",
+    ),
+    (
+        "Señor Núñez met Dr\u00a0Ångström in Málaga…",
+        "Señor Núñez traf Dr.\u00a0Ångström in der ‚Straße‘…",
+    ),
+    (
+        "Café Tortoni’s “naïve” menu – 10\u202f000 dishes.",
+        "Le menu «\u202fnaïf\u202f» du café – 10\u202f000 plats.",
+    ),
+    ("In 2014 the Élysée said: “No.”", "2014 sagte der Élysée: „Nein.“"),
+]
+ROUND_TRIP = [s for pair in TYPOGRAPHIC_PAIRS for s in pair] + [
+    "„Straße“ – nicht ‚Strasse‘… sagte Åsa in Málaga.",
+    "“Café\u00a0Müller”, 2014 — ‘señor’ Núñez\u202f!",
+]
+
+
+def typographic_vocabulary(tmp_path, **data):
+    """`dataset.vocabulary` from base.py's data section on TYPOGRAPHIC_PAIRS (text source)."""
+    cfg = load_config_base()
+    tmp_path.mkdir(exist_ok=True)
+    prefix = tmp_path / "train"
+    write(f"{prefix}.en", "".join(f"{en}\n" for en, _ in TYPOGRAPHIC_PAIRS * 20))
+    write(f"{prefix}.de", "".join(f"{de}\n" for _, de in TYPOGRAPHIC_PAIRS * 20))
+    cfg.data.update(source="text", train_prefix=str(prefix), vocab_size=200, **data)
+    return dataset.vocabulary(cfg.data, str(tmp_path))
+
+
+def test_vocabulary_round_trips_typographic_text(tmp_path):
+    tok = typographic_vocabulary(tmp_path)
+    assert set("".join(ROUND_TRIP)) <= set("".join(en + de for en, de in TYPOGRAPHIC_PAIRS))
+    for s in ROUND_TRIP:
+        ids = tok.encode(s)
+        assert UNK_ID not in ids and tok.decode(ids) == s
+
+
+def test_digits_are_split_only_when_configured(tmp_path):
+    # "2014" is frequent in the training text: BPE makes it one piece unless digits are split.
+    whole = typographic_vocabulary(tmp_path / "default")
+    assert whole.sp.encode("2014", out_type=str) == ["▁2014"]
+    split = typographic_vocabulary(tmp_path / "split", spm_split_digits=True)
+    assert split.sp.encode("2014", out_type=str) == ["▁", "2", "0", "1", "4"]
+    pieces = [split.sp.id_to_piece(i) for i in range(split.vocab_size)]
+    assert all(sum(c.isdigit() for c in p) <= 1 for p in pieces)
+    assert all(split.decode(split.encode(s)) == s for s in ROUND_TRIP)
+
+
+def test_vocabularies_trained_before_load_with_their_own_rules(tmp_path):
+    # train_tokenizer's settings before data.spm_normalization and data.spm_split_digits existed.
+    sentences = [s for pair in TYPOGRAPHIC_PAIRS * 20 for s in pair]
+    tok = Tokenizer(
+        train_tokenizer(sentences, str(tmp_path), 200, normalization="nmt_nfkc", split_digits=True)
+    )
+    assert (tok.sp.pad_id(), tok.sp.eos_id(), tok.sp.unk_id(), tok.sp.bos_id()) == (
+        PAD_ID,
+        EOS_ID,
+        UNK_ID,
+        BOS_ID,
+    )
+    # The rules live in the model file: still digit-split, still rewriting "…" and U+00A0.
+    assert tok.sp.encode("2014", out_type=str) == ["▁", "2", "0", "1", "4"]
+    assert tok.decode(tok.encode("Herr\u00a0Müller ging…")) == "Herr Müller ging..."
+
+
 # ---------------------------------------------------------------- batching
 def synthetic_split(n=500, seed=0, max_len=60):
     rng = np.random.default_rng(seed)
@@ -223,12 +305,13 @@ def test_batches_respect_budget_and_cover_each_pair_once(pack):
     split = synthetic_split()
     keep, _ = filter_for_training(split, 48)
     spec = BatchSpec(
-        (8, 16, 24, 32, 48), max_tokens=256, max_len=48, row_multiple=4, seed=3, pack=pack
+        (8, 16, 24, 32, 48), tokens_per_step=256, max_len=48, row_multiple=4, seed=3, pack=pack
     )
     plan = plan_epoch(split.src_lengths, split.tgt_lengths, keep, spec, epoch=0)
     seen = []
     for b in plan:
-        assert len(b.rows) * b.length <= 256 and len(b.rows) % 4 == 0
+        # Padded tokens per side are bounded by twice the real-token budget (memory).
+        assert len(b.rows) * b.length <= 2 * 256 and len(b.rows) % 4 == 0
         for row in b.rows:
             assert split.src_lengths[row].sum() <= b.length
             assert split.tgt_lengths[row].sum() <= b.length
@@ -243,7 +326,12 @@ def test_two_processes_split_each_global_batch(pack):
     split = synthetic_split()
     keep, _ = filter_for_training(split, 48)
     base = BatchSpec(
-        (8, 16, 24, 32, 48), max_tokens=256, max_len=48, row_multiple=4, pack=pack, process_count=2
+        (8, 16, 24, 32, 48),
+        tokens_per_step=256,
+        max_len=48,
+        row_multiple=4,
+        pack=pack,
+        process_count=2,
     )
     streams = [
         TrainStream(split, keep, dataclasses.replace(base, process_index=p)) for p in range(2)
@@ -278,7 +366,7 @@ def _pairs_in(batch, pack):
 def test_restoring_position_gives_the_same_next_batch():
     split = synthetic_split()
     keep, _ = filter_for_training(split, 48)
-    spec = BatchSpec((8, 16, 24, 32, 48), max_tokens=256, max_len=48, seed=5)
+    spec = BatchSpec((8, 16, 24, 32, 48), tokens_per_step=256, max_len=48, seed=5)
     stream = TrainStream(split, keep, spec)
     n = len(stream.epoch_plan())
     for _ in range(n + 3):  # into the second epoch
@@ -322,10 +410,22 @@ def test_padding_efficiency_on_wmt_like_lengths():
     keep, _ = filter_for_training(split, 256)
     buckets = padding_efficiency(split, keep, spec)
     assert buckets["efficiency"] > 0.85 and len(buckets["shapes"]) == len(spec.bucket_lengths)
+    # 17 bucket shapes: the rounding of each one's rows to the 8 shards averages out.
+    _assert_paper_budget(buckets, mean_within=0.01, side_within=0.05)
     split = wmt_like(100_000)
     keep, _ = filter_for_training(split, 256)
     packed = padding_efficiency(split, keep, dataclasses.replace(spec, pack=True))
     assert packed["efficiency"] > 0.93 and len(packed["shapes"]) == 1
+    # One shape of ~104 rows, rounded to a multiple of 8: up to 4 rows (3.8%) off the budget.
+    _assert_paper_budget(packed, mean_within=0.04, side_within=0.09)
+
+
+def _assert_paper_budget(report, mean_within, side_within):
+    """About 25,000 real tokens per side per step. The budget holds for the mean of the two
+    sides; WMT-like targets are ~10% longer than sources, so each side is ~5% off that."""
+    src, tgt = report["real_src_tokens_per_step"], report["real_tgt_tokens_per_step"]
+    assert abs((src + tgt) / 2 - 25000) <= mean_within * 25000, report
+    assert max(abs(src - 25000), abs(tgt - 25000)) <= side_within * 25000, report
 
 
 def load_config_base():

@@ -18,6 +18,7 @@ from jax.sharding import PartitionSpec as P
 from tx import sharding
 from tx.config import model_config
 from tx.counting import train_flops_per_step
+from tx.data import dataset
 from tx.train import abstract_train_state, jit_train_step, make_trainer
 
 
@@ -52,7 +53,8 @@ def compile_report(cfg: ml_collections.ConfigDict, devices=None) -> dict:
     state = abstract_train_state(trainer)
     length = cfg.data.max_len if cfg.data.pack else cfg.data.bucket_lengths[-1]
     multiple = sharding.data_shards(mesh) * cfg.train.micro_batches
-    rows = (cfg.data.max_tokens // length) // multiple * multiple
+    # The largest batch the data can produce (padded tokens <= 2 x data.tokens_per_step).
+    rows = dataset.batch_spec(cfg.data, multiple).max_rows(length)
     batch_sharding = NamedSharding(mesh, P(sharding.BATCH_AXES, None))
     batch = {
         k: jax.ShapeDtypeStruct((rows, length), np.int32, sharding=batch_sharding)

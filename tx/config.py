@@ -115,7 +115,7 @@ def validate(cfg: ml_collections.ConfigDict) -> None:
         cfg,
         "data.vocab_size",
         "data.max_len",
-        "data.max_tokens",
+        "data.tokens_per_step",
         "optim.warmup_steps",
         "train.num_steps",
         "train.micro_batches",
@@ -152,10 +152,10 @@ def validate(cfg: ml_collections.ConfigDict) -> None:
         raise ConfigError(
             f"data.bucket_lengths ends at {buckets[-1]} < data.max_len={cfg.data.max_len}"
         )
-    if cfg.data.max_tokens < buckets[-1]:
+    if cfg.data.tokens_per_step < buckets[-1]:
         raise ConfigError(
-            f"data.max_tokens={cfg.data.max_tokens} cannot hold one row of the longest bucket "
-            f"({buckets[-1]})"
+            f"data.tokens_per_step={cfg.data.tokens_per_step} cannot hold one row of the "
+            f"longest bucket ({buckets[-1]})"
         )
     for axis, size in cfg.mesh.shape.items():
         if axis not in ("data", "fsdp", "tensor"):

@@ -27,7 +27,7 @@ from tx.config import ConfigError, model_config
 from tx.counting import train_flops_per_step
 from tx.data import dataset
 from tx.data.pipeline import POSITION_KEY, PlannedBatch, eval_batches, materialize
-from tx.data.tokenizer import PAD_ID, VocabularyError
+from tx.data.tokenizer import VocabularyError
 from tx.distributed import barrier
 from tx.monitor import Progress, Summaries, Throughput, peak_tflops
 from tx.train import (
@@ -49,6 +49,8 @@ FIXED_KEYS = (
     "data.tgt_lang",
     "data.train_prefix",
     "data.spm_model_type",
+    "data.spm_normalization",
+    "data.spm_split_digits",
 )
 
 
@@ -68,7 +70,12 @@ def check_workdir(cfg: ml_collections.ConfigDict, workdir: str) -> None:
     if os.path.exists(path):
         with open(path) as f:
             saved = json.load(f)
-        diffs = [k for k in FIXED_KEYS if _lookup(saved, k) != _lookup(current, k)]
+        # A key the saved config lacks came after that run started: nothing to compare.
+        diffs = [
+            k
+            for k in FIXED_KEYS
+            if _lookup(saved, k) is not _MISSING and _lookup(saved, k) != _lookup(current, k)
+        ]
         if diffs:
             details = "; ".join(
                 f"{k}: {_lookup(saved, k)!r} -> {_lookup(current, k)!r}" for k in diffs
@@ -83,10 +90,13 @@ def check_workdir(cfg: ml_collections.ConfigDict, workdir: str) -> None:
         os.replace(tmp, path)
 
 
+_MISSING = object()
+
+
 def _lookup(tree: dict, dotted: str):
     for part in dotted.split("."):
         if not isinstance(tree, dict) or part not in tree:
-            return None
+            return _MISSING
         tree = tree[part]
     return tree
 
@@ -125,19 +135,12 @@ def _sync_flags(*flags: bool) -> tuple[bool, ...]:
     return tuple(bool(x) for x in np.asarray(gathered).reshape(-1, len(flags)).any(0))
 
 
-def _batch_stats(batch: dict) -> tuple[int, int, float, float]:
-    """Real source / target tokens and mean padded lengths of this process's rows."""
-    src, tgt = batch["inputs"], batch["targets"]
-    n_src, n_tgt = int((src != PAD_ID).sum()), int((tgt != PAD_ID).sum())
-    return n_src, n_tgt, src.shape[1], tgt.shape[1]
-
-
 def evaluate_loss(trainer, eval_fn, params, ids, data, spec) -> dict:
     """Dev loss, per-token perplexity and accuracy over EVERY pair of the split."""
     lengths = np.maximum(ids.src_lengths, ids.tgt_lengths)
     totals = {"loss": 0.0, "nll": 0.0, "correct": 0.0, "weight": 0.0}
     for length, idx in eval_batches(
-        lengths, data.max_tokens, tuple(data.bucket_lengths), spec.row_multiple
+        lengths, data.tokens_per_step, tuple(data.bucket_lengths), spec.row_multiple
     ):
         planned = PlannedBatch(length, [[int(i)] if i >= 0 else [] for i in idx])
         local = materialize(planned, ids, _unpacked(spec))
@@ -181,7 +184,8 @@ def train(
     stream, counts = dataset.train_stream(cfg.data, workdir, tokenizer, spec, position)
     progress = Progress(cfg.train.num_steps, is_main(), progress_stream)
     progress.message(
-        f"tx: {json.dumps(counts)} | mesh {dict(mesh.shape)} | start step {int(state.step)}"
+        f"tx: {json.dumps(counts)} | mesh {dict(mesh.shape)} | rows per step by length "
+        f"{stream.rows} | start step {int(state.step)}"
     )
     dev = (
         dataset.split_ids(cfg.data, workdir, tokenizer, "dev")
@@ -234,24 +238,19 @@ def _loop(cfg, workdir, trainer, ckpt, state, stream, spec, progress, dev, bleu_
     t = cfg.train
     step_fn, eval_fn = jit_train_step(trainer), jit_eval_step(trainer)
     mc = trainer.model.config
-    throughput = Throughput(
-        lambda s, g, ls, lt: train_flops_per_step(mc, s, g, ls, lt),
-        jax.device_count(),
-        peak_tflops(configured=t.peak_tflops),
-    )
+    throughput = Throughput(jax.device_count(), peak_tflops(configured=t.peak_tflops))
     summaries = Summaries(workdir, is_main())
     batches = dataset.prefetch(stream)
     step = int(state.step)
     last_save, last = time.monotonic(), {}
-    window = _Window()
+    window = _Window(lambda s, g, ls, lt: train_flops_per_step(mc, s, g, ls, lt))
     with StopSignal() as stop:
         while step < t.num_steps:
             local = next(batches)
             position = _take_position(local)
             state, metrics = step_fn(state, sharding.global_batch(local, trainer.mesh))
             step += 1
-            throughput.add(*_batch_stats(local))
-            window.add(step, metrics)
+            window.add(step, metrics, (local["inputs"].shape[1], local["targets"].shape[1]))
             if step % t.log_every_steps == 0 or step == t.num_steps:
                 last = _report(window, throughput, progress, summaries, step)
             if t.eval_every_steps and dev is not None and step % t.eval_every_steps == 0:
@@ -291,16 +290,20 @@ def _take_position(local: dict) -> dict:
 
 
 class _Window:
-    """Metrics of the steps since the last report, fetched lazily (no per-step sync)."""
+    """Metrics of the steps since the last report, fetched lazily (no per-step sync).
 
-    def __init__(self):
-        self.items = []
+    `flops_fn(src_tokens, tgt_tokens, src_len, tgt_len)` gives a step's model FLOPs.
+    """
 
-    def add(self, step, metrics):
-        self.items.append((step, metrics))
+    def __init__(self, flops_fn):
+        self.flops_fn = flops_fn
+        self.items = []  # (step, metrics, (padded source length, padded target length))
+
+    def add(self, step, metrics, lengths):
+        self.items.append((step, metrics, lengths))
         # Look at the step before this one: it has finished while this one was dispatched.
         if len(self.items) >= 2:
-            self._check_one(*self.items[-2])
+            self._check_one(*self.items[-2][:2])
 
     @staticmethod
     def _check_one(step, metrics):
@@ -312,23 +315,30 @@ class _Window:
 
     def check(self):
         if self.items:
-            self._check_one(*self.items[-1])
+            self._check_one(*self.items[-1][:2])
 
-    def drain(self) -> dict:
+    def drain(self, throughput) -> dict:
+        """Mean loss, perplexity, real tokens per step (global), speed and MFU; resets."""
         self.check()
-        sums = {k: sum(float(m[k]) for _, m in self.items) for k in ("loss", "nll", "weight")}
+        keys = ("loss", "nll", "weight", "src_tokens")
+        per_step = [({k: float(m[k]) for k in keys}, lengths) for _, m, lengths in self.items]
+        sums = {k: sum(m[k] for m, _ in per_step) for k in keys}
+        flops = sum(self.flops_fn(m["src_tokens"], m["weight"], *ls) for m, ls in per_step)
         lr = float(self.items[-1][1]["learning_rate"])
-        self.items = []
+        n, self.items = len(self.items), []
         w = max(sums["weight"], 1.0)
         return {
             "loss": sums["loss"] / w,
             "perplexity": math.exp(sums["nll"] / w),
             "learning_rate": lr,
+            "src_tokens_per_step": sums["src_tokens"] / n,
+            "tgt_tokens_per_step": sums["weight"] / n,
+            **throughput.report(n, sums["src_tokens"] + sums["weight"], flops),
         }
 
 
 def _report(window, throughput, progress, summaries, step) -> dict:
-    metrics = {**window.drain(), **throughput.report()}
+    metrics = window.drain(throughput)
     progress.update(step, metrics)
     summaries.scalars(step, {"train/" + k: v for k, v in metrics.items()})
     return metrics

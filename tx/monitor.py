@@ -84,9 +84,11 @@ class Progress:
         if not self.enabled:
             return
         eta = (self.total - step) * metrics.get("step_time", float("nan"))
+        src, tgt = metrics["src_tokens_per_step"] / 1e3, metrics["tgt_tokens_per_step"] / 1e3
         line = (
             f"step {step}/{self.total} | loss {metrics['loss']:.3f} | "
-            f"lr {metrics['learning_rate']:.2e} | {metrics['tokens_per_sec'] / 1e3:.1f}k tok/s"
+            f"lr {metrics['learning_rate']:.2e} | {src:.1f}k+{tgt:.1f}k tok/step"
+            f" | {metrics['tokens_per_sec'] / 1e3:.1f}k tok/s"
             f" | MFU {100 * metrics['mfu']:.1f}% | ETA {_fmt_duration(eta)}"
         )
         if self.tty and not force_line:
@@ -134,27 +136,17 @@ class Summaries:
 class Throughput:
     """Tokens/s and MFU over the steps since the last report."""
 
-    def __init__(self, flops_fn, num_devices: int, peak: float):
-        self.flops_fn, self.devices, self.peak = flops_fn, num_devices, peak
-        self.reset()
-
-    def reset(self) -> None:
+    def __init__(self, num_devices: int, peak: float):
+        self.devices, self.peak = num_devices, peak
         self.start = time.perf_counter()
-        self.steps = self.tokens = 0
-        self.flops = 0.0
 
-    def add(self, src_tokens: int, tgt_tokens: int, src_len: float, tgt_len: float) -> None:
-        self.steps += 1
-        self.tokens += src_tokens + tgt_tokens
-        self.flops += self.flops_fn(src_tokens, tgt_tokens, src_len, tgt_len)
-
-    def report(self) -> dict:
-        elapsed = max(time.perf_counter() - self.start, 1e-9)
+    def report(self, steps: int, tokens: float, flops: float) -> dict:
+        """`tokens` real (source + target) tokens and `flops` model FLOPs of `steps` steps."""
+        now = time.perf_counter()
+        elapsed, self.start = max(now - self.start, 1e-9), now
         peak = self.devices * self.peak * 1e12
-        out = {
-            "tokens_per_sec": self.tokens / elapsed,
-            "step_time": elapsed / max(self.steps, 1),
-            "mfu": self.flops / elapsed / peak if peak > 0 else 0.0,
+        return {
+            "tokens_per_sec": tokens / elapsed,
+            "step_time": elapsed / max(steps, 1),
+            "mfu": flops / elapsed / peak if peak > 0 else 0.0,
         }
-        self.reset()
-        return out

@@ -72,10 +72,17 @@ def _init_boxed(model: Transformer, optimizer, rng):
 
 
 def make_trainer(
-    cfg: ml_collections.ConfigDict, model_cfg: ModelConfig, mesh: Mesh, rules: tuple
+    cfg: ml_collections.ConfigDict,
+    model_cfg: ModelConfig,
+    mesh: Mesh,
+    rules: tuple,
+    optimizer: optax.GradientTransformation | None = None,
 ) -> Trainer:
+    """The static parts of training. `optimizer` replaces the configured Adam: the tests that
+    compare meshes use SGD, whose update is linear in the gradient (see tests/equivalence.py)."""
     model = Transformer(model_cfg)
-    optimizer, schedule = make_optimizer(cfg.optim, model_cfg.d_model)
+    adam, schedule = make_optimizer(cfg.optim, model_cfg.d_model)
+    optimizer = optimizer or adam
     abstract = jax.eval_shape(
         functools.partial(_init_boxed, model, optimizer), jax.random.PRNGKey(0)
     )
@@ -179,7 +186,8 @@ def train_step(trainer: Trainer, state: TrainState, batch: dict):
         opt_state=keep(opt_state, state.opt_state),
     )
     metrics = {
-        **sums,
+        **sums,  # "weight": real target tokens
+        "src_tokens": jnp.sum(batch["inputs"] != PAD_ID).astype(jnp.float32),
         "grad_norm": grad_norm,
         "finite": finite,
         "learning_rate": trainer.schedule(state.step),

@@ -45,6 +45,8 @@ def vocabulary(data: ml_collections.ConfigDict, workdir: str) -> Tokenizer:
                 data.spm_model_type,
                 data.spm_sample_size,
                 seed=data.shuffle_seed,
+                normalization=data.spm_normalization,
+                split_digits=data.spm_split_digits,
             )
     tokenizer = Tokenizer(path)
     if tokenizer.vocab_size != data.vocab_size:
@@ -86,7 +88,7 @@ def batch_spec(
 ) -> BatchSpec:
     return BatchSpec(
         bucket_lengths=tuple(data.bucket_lengths),
-        max_tokens=data.max_tokens,
+        tokens_per_step=data.tokens_per_step,
         max_len=data.max_len,
         row_multiple=row_multiple,
         process_index=process_index,

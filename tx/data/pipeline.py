@@ -1,11 +1,15 @@
-"""Batches holding about the same number of tokens: the paper's "about 25,000 source and 25,000
-target tokens per batch" (section 5.1).
+"""Batches holding about the same number of tokens: the paper's "approximately 25000 source
+tokens and 25000 target tokens" per batch (section 5.1), counted as real (non-padding) tokens.
 
-Training pairs go to the smallest bucket length L >= max(source, target length); a bucket's
-batch has `rows(L) = max_tokens // L` rows (rounded down to a multiple of the data shards), so
-neither side ever exceeds the budget, and XLA compiles one step per bucket length. With
-`pack=True`, pairs are instead packed several to a row of `max_len` tokens (segment ids and
-per-pair positions keep them apart in the model).
+Training pairs go to the smallest bucket length L >= max(source, target length), and XLA
+compiles one step per bucket length. A bucket's batch has a fixed number of rows, chosen from
+the training data itself: `tokens_per_step` divided by the mean real tokens per row and side
+((source + target) / 2) of the pairs in that bucket, rounded to a multiple of the data shards.
+So every shape is static and the average step holds the paper's budget of real tokens on each
+side (within a few percent: the sides differ in length), whatever the padding. Padded tokens
+per side never exceed 2 x tokens_per_step (`max_rows`), which bounds memory. With `pack=True`,
+pairs are instead packed several to a row of `max_len` tokens (segment ids and per-pair
+positions keep them apart in the model), and the rows per batch come from the mean fill.
 
 The plan of an epoch is a pure function of (lengths, seed, epoch), so the data position
 (epoch, batch) is all a checkpoint needs to resume with the very next batch. Every process
@@ -22,16 +26,18 @@ import numpy as np
 
 from tx.data.token_cache import TokenizedSplit
 
+PACK_SAMPLE = 100_000  # pairs packed to measure the mean fill of a packed row
 POSITION_KEY = "data_position"  # [1, 2] int32 (epoch, batch) after this batch: for checkpoints
 Batch = dict[str, np.ndarray]  # inputs/targets [rows, L] int32 (+ *_segments, *_positions)
 
 
 @dataclasses.dataclass(frozen=True)
 class BatchSpec:
-    """How training batches are cut; `row_multiple` = number of data shards (global)."""
+    """How training batches are cut; `row_multiple` = number of data shards (global) times
+    micro-batches."""
 
     bucket_lengths: tuple[int, ...]
-    max_tokens: int
+    tokens_per_step: int  # real tokens per side per step, on average (global)
     max_len: int
     row_multiple: int = 1
     process_index: int = 0
@@ -39,16 +45,24 @@ class BatchSpec:
     seed: int = 0
     pack: bool = False
 
-    def rows(self, length: int) -> int:
-        """Global rows of a batch of padded length `length`, within the token budget."""
+    def max_rows(self, length: int) -> int:
+        """The most rows a batch of padded length `length` may have: 2 x the budget padded."""
         multiple = self.row_multiple
-        rows = (self.max_tokens // length) // multiple * multiple
+        rows = (2 * self.tokens_per_step // length) // multiple * multiple
         if rows == 0:
             raise ValueError(
-                f"data.max_tokens={self.max_tokens} cannot hold {multiple} rows (one per data "
-                f"shard) of length {length}; raise data.max_tokens or lower the bucket lengths"
+                f"data.tokens_per_step={self.tokens_per_step} cannot hold {multiple} rows (one "
+                f"per data shard and micro-batch) of length {length}; raise "
+                "data.tokens_per_step or lower the bucket lengths"
             )
         return rows
+
+    def rows_for(self, length: int, mean_tokens: float) -> int:
+        """Rows whose real tokens per side add up to the budget, given the mean real tokens
+        per row and side; a multiple of `row_multiple`, at least one per shard."""
+        multiple = self.row_multiple
+        rows = round(self.tokens_per_step / max(mean_tokens, 1.0) / multiple) * multiple
+        return min(max(rows, multiple), self.max_rows(length))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,27 +92,64 @@ def filter_for_training(split: TokenizedSplit, max_len: int) -> tuple[np.ndarray
     return keep, counts
 
 
+def step_rows(
+    src_len: np.ndarray, tgt_len: np.ndarray, keep: np.ndarray, spec: BatchSpec
+) -> dict[int, int]:
+    """Global rows per batch for each padded length: the real-token budget, on average.
+
+    A pure function of the lengths (and the seed, for packing), so every process and every
+    resume computes the same shapes.
+    """
+    mean_side = (src_len[keep] + tgt_len[keep]) / 2.0  # real tokens per pair and side
+    if spec.pack:  # the mean fill of a packed row, measured on a sample of the data
+        sample = np.random.default_rng([spec.seed, 2**31]).permutation(keep)[:PACK_SAMPLE]
+        packed = _pack_rows(sample, src_len, tgt_len, spec)
+        fill = (src_len[sample].sum() + tgt_len[sample].sum()) / 2.0 / len(packed)
+        return {spec.max_len: spec.rows_for(spec.max_len, fill)}
+    bucket_of = _bucket_of(keep, src_len, tgt_len, spec)
+    out = {}
+    for b, length in enumerate(spec.bucket_lengths):
+        in_bucket = mean_side[bucket_of == b]
+        mean = in_bucket.mean() if len(in_bucket) else float(length)
+        out[int(length)] = spec.rows_for(int(length), mean)
+    return out
+
+
+def _bucket_of(order, src_len, tgt_len, spec: BatchSpec) -> np.ndarray:
+    """Index of the smallest bucket length >= the longer side, per pair of `order`."""
+    longest = np.maximum(src_len[order], tgt_len[order])
+    return np.searchsorted(np.asarray(spec.bucket_lengths), longest)
+
+
 def plan_epoch(
-    src_len: np.ndarray, tgt_len: np.ndarray, keep: np.ndarray, spec: BatchSpec, epoch: int
+    src_len: np.ndarray,
+    tgt_len: np.ndarray,
+    keep: np.ndarray,
+    spec: BatchSpec,
+    epoch: int,
+    rows: dict[int, int] | None = None,
 ) -> list[PlannedBatch]:
-    """The shuffled list of global batches of one epoch (every kept pair exactly once)."""
+    """The shuffled list of global batches of one epoch (every kept pair exactly once).
+
+    `rows` is `step_rows(...)` (computed here when not given).
+    """
+    rows = rows or step_rows(src_len, tgt_len, keep, spec)
     rng = np.random.default_rng([spec.seed, epoch])
     order = keep[rng.permutation(len(keep))]
     if spec.pack:
-        batches = _pack(order, src_len, tgt_len, spec)
+        packed = _pack_rows(order, src_len, tgt_len, spec)
+        batches = _batch_packed(packed, spec.max_len, rows[spec.max_len])
     else:
-        batches = _bucket(order, src_len, tgt_len, spec)
+        batches = _bucket(order, src_len, tgt_len, spec, rows)
     return [batches[i] for i in rng.permutation(len(batches))]
 
 
-def _bucket(order, src_len, tgt_len, spec: BatchSpec) -> list[PlannedBatch]:
-    lengths = np.asarray(spec.bucket_lengths)
-    longest = np.maximum(src_len[order], tgt_len[order])
-    bucket_of = np.searchsorted(lengths, longest)  # smallest L >= longest
+def _bucket(order, src_len, tgt_len, spec: BatchSpec, rows_of: dict) -> list[PlannedBatch]:
+    bucket_of = _bucket_of(order, src_len, tgt_len, spec)
     batches = []
-    for b, length in enumerate(lengths):
+    for b, length in enumerate(spec.bucket_lengths):
         members = order[bucket_of == b]
-        rows = spec.rows(int(length))
+        rows = rows_of[int(length)]
         for start in range(0, len(members), rows):
             chunk = [[int(i)] for i in members[start : start + rows]]
             chunk += [[] for _ in range(rows - len(chunk))]  # the bucket's last batch
@@ -106,10 +157,9 @@ def _bucket(order, src_len, tgt_len, spec: BatchSpec) -> list[PlannedBatch]:
     return batches
 
 
-def _pack(order, src_len, tgt_len, spec: BatchSpec, open_rows: int = 16) -> list[PlannedBatch]:
+def _pack_rows(order, src_len, tgt_len, spec: BatchSpec, open_rows: int = 16) -> list[list[int]]:
     """First-fit packing into rows of `max_len` on both sides, over a window of open rows."""
     length = spec.max_len
-    rows_per_batch = spec.rows(length)
     done: list[list[int]] = []
     window: list[tuple[list[int], int, int]] = []  # (members, src used, tgt used)
     for i in order:
@@ -124,6 +174,10 @@ def _pack(order, src_len, tgt_len, spec: BatchSpec, open_rows: int = 16) -> list
                 done.append(window.pop(0)[0])
             window.append(([int(i)], s, t))
     done.extend(members for members, _, _ in window)
+    return done
+
+
+def _batch_packed(done: list[list[int]], length: int, rows_per_batch: int) -> list[PlannedBatch]:
     batches = []
     for start in range(0, len(done), rows_per_batch):
         rows = done[start : start + rows_per_batch]
@@ -174,9 +228,13 @@ class TrainStream:
             raise ValueError("no training pairs left after filtering (see data.max_len)")
         self.split, self.keep, self.spec = split, keep, spec
         self._src_len, self._tgt_len = split.src_lengths, split.tgt_lengths
+        self.rows = step_rows(self._src_len, self._tgt_len, keep, spec)
         position = position or {"epoch": 0, "batch": 0}
         self.epoch, self.batch = int(position["epoch"]), int(position["batch"])
-        self._plan = plan_epoch(self._src_len, self._tgt_len, keep, spec, self.epoch)
+        self._plan = self._plan_of(self.epoch)
+
+    def _plan_of(self, epoch: int) -> list[PlannedBatch]:
+        return plan_epoch(self._src_len, self._tgt_len, self.keep, self.spec, epoch, self.rows)
 
     @property
     def position(self) -> dict:
@@ -188,7 +246,7 @@ class TrainStream:
     def __next__(self) -> Batch:
         while self.batch >= len(self._plan):
             self.epoch, self.batch = self.epoch + 1, 0
-            self._plan = plan_epoch(self._src_len, self._tgt_len, self.keep, self.spec, self.epoch)
+            self._plan = self._plan_of(self.epoch)
         planned = self._plan[self.batch]
         self.batch += 1
         out = materialize(planned, self.split, self.spec)
@@ -200,13 +258,17 @@ class TrainStream:
 
 
 def padding_efficiency(split: TokenizedSplit, keep: np.ndarray, spec: BatchSpec) -> dict:
-    """Non-padding tokens / all tokens over one epoch's batches, both sides together."""
-    plan = plan_epoch(split.src_lengths, split.tgt_lengths, keep, spec, 0)
-    real = int(split.src_lengths[keep].sum() + split.tgt_lengths[keep].sum())
+    """Over one epoch's batches: non-padding / all tokens (both sides together), and the mean
+    real source and target tokens per step (the paper's "about 25,000" each)."""
+    src_len, tgt_len = split.src_lengths, split.tgt_lengths
+    plan = plan_epoch(src_len, tgt_len, keep, spec, 0)
+    real_src, real_tgt = int(src_len[keep].sum()), int(tgt_len[keep].sum())
     total = sum(2 * len(b.rows) * b.length for b in plan)
     return {
-        "efficiency": real / total,
+        "efficiency": (real_src + real_tgt) / total,
         "batches": len(plan),
+        "real_src_tokens_per_step": real_src / len(plan),
+        "real_tgt_tokens_per_step": real_tgt / len(plan),
         "shapes": sorted({(len(b.rows), b.length) for b in plan}),
     }
 
