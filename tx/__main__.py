@@ -195,8 +195,17 @@ def _user_errors() -> tuple:
     from tx.data.tokenizer import VocabularyError
     from tx.loop import Diverged
     from tx.sharding import MeshError
+    from tx.translate import StaleAverage
 
-    return (ConfigError, DataError, VocabularyError, MeshError, Diverged, FileNotFoundError)
+    return (
+        ConfigError,
+        DataError,
+        VocabularyError,
+        MeshError,
+        Diverged,
+        StaleAverage,
+        FileNotFoundError,
+    )
 
 
 if __name__ == "__main__":

@@ -6,6 +6,12 @@ Layout under the workdir:
   averaged/<step>/state      parameters averaged over the last N checkpoints (tx average)
 Orbax writes each step under a temporary name and renames it when complete, so a run killed
 mid-save leaves the previous checkpoints intact and the partial one is ignored.
+
+Two kinds of training checkpoint share `checkpoints/`: those written every
+`train.checkpoint_every_steps` steps (and at the last step) are the ones averaged, at the same
+step spacing on any hardware (the paper: every 10 minutes at its 0.4 s/step, i.e. 1,500 steps);
+the time-based ones (`train.checkpoint_every_secs`, SIGTERM) are only for resuming, and only
+the newest of them is kept.
 """
 
 from __future__ import annotations
@@ -20,26 +26,44 @@ CHECKPOINTS = "checkpoints"
 AVERAGED = "averaged"
 
 
-def _manager(
-    directory: str, keep: int | None, async_save: bool = True, read_only: bool = False
-) -> ocp.CheckpointManager:
+def _manager(directory: str, async_save: bool = True) -> ocp.CheckpointManager:
+    """Orbax keeps everything; Checkpointer._prune decides what goes."""
     options = ocp.CheckpointManagerOptions(
-        max_to_keep=keep,
-        create=not read_only,
+        max_to_keep=None,
+        create=True,
         enable_async_checkpointing=async_save,
-        read_only=read_only,
     )
     return ocp.CheckpointManager(
         os.path.abspath(directory), options=options, item_names=("state", "data")
     )
 
 
-class Checkpointer:
-    """Saves and restores (state, data position) in `workdir/checkpoints`, keeping the last K."""
+def averaging_steps(steps: list[int], every: int, final_step: int | None = None) -> list[int]:
+    """The steps among `steps` that count for averaging: multiples of `every` and the final
+    step, not the time-based saves in between. `every` = 0 (time-based only): all of them."""
+    if not every:
+        return sorted(steps)
+    return sorted(s for s in steps if s % every == 0 or s == final_step)
 
-    def __init__(self, workdir: str, keep: int = 20, async_save: bool = True):
+
+class Checkpointer:
+    """Saves and restores (state, data position) in `workdir/checkpoints`.
+
+    Keeps the last `keep` averaging checkpoints (see `averaging_steps`) and the newest
+    checkpoint whatever its kind; `keep=None` deletes nothing.
+    """
+
+    def __init__(
+        self,
+        workdir: str,
+        keep: int | None = 20,
+        async_save: bool = True,
+        every_steps: int = 0,
+        final_step: int | None = None,
+    ):
         self.directory = os.path.join(workdir, CHECKPOINTS)
-        self.manager = _manager(self.directory, keep, async_save)
+        self.keep, self.every_steps, self.final_step = keep, every_steps, final_step
+        self.manager = _manager(self.directory, async_save)
 
     def latest_step(self) -> int | None:
         return self.manager.latest_step()
@@ -56,6 +80,17 @@ class Checkpointer:
             ),
             force=True,
         )
+        self._prune()
+
+    def _prune(self) -> None:
+        if self.keep is None:
+            return
+        steps = self.all_steps()
+        kept = set(averaging_steps(steps, self.every_steps, self.final_step)[-self.keep :])
+        kept.add(steps[-1])
+        for step in steps:
+            if step not in kept:
+                self.manager.delete(step)
 
     def restore(self, step: int, abstract_state):
         """(state, data position) of `step`, laid out as `abstract_state`'s shardings say.
@@ -141,16 +176,19 @@ def restore_averaged(workdir: str, step: int, abstract_params):
     return restored["params"], dict(restored["meta"])
 
 
-def average_last(workdir: str, last: int, abstract_state) -> tuple[str, list[int]]:
-    """Averages the parameters of the last `last` checkpoints into `workdir/averaged/<step>`.
+def average_last(
+    workdir: str, last: int, abstract_state, every: int = 0, final_step: int | None = None
+) -> tuple[str, list[int]]:
+    """Averages the parameters of the last `last` averaging checkpoints (those every `every`
+    steps and the final one; see `averaging_steps`) into `workdir/averaged/<step>`.
 
     `abstract_state` (ShapeDtypeStructs with shardings) says how to lay the arrays out, so
     sharded parameters are averaged shard by shard on their devices.
     """
     ckpt = Checkpointer(workdir, keep=None, async_save=False)
-    steps = ckpt.all_steps()
+    steps = averaging_steps(ckpt.all_steps(), every, final_step)
     if not steps:
-        raise FileNotFoundError(f"no checkpoints in {ckpt.directory}")
+        raise FileNotFoundError(f"no checkpoints to average in {ckpt.directory}")
     if last < 1:
         raise ValueError(f"--last must be >= 1, got {last}")
     chosen = steps[-last:]

@@ -23,7 +23,13 @@ def average(cfg: ml_collections.ConfigDict, workdir: str, last: int):
     """`tx average`: the last `last` checkpoints -> workdir/averaged/<step>."""
     mesh = sharding.make_mesh(cfg.mesh)
     trainer = make_trainer(cfg, model_config(cfg), mesh, sharding.rules(cfg.mesh))
-    return checkpoint.average_last(workdir, last, abstract_train_state(trainer))
+    return checkpoint.average_last(
+        workdir,
+        last,
+        abstract_train_state(trainer),
+        cfg.train.checkpoint_every_steps,
+        cfg.train.num_steps,
+    )
 
 
 def run_demo(cfg: ml_collections.ConfigDict, workdir: str, say=print) -> dict:

@@ -173,7 +173,13 @@ def train(
     mesh = sharding.make_mesh(cfg.mesh)
     sharding.check_model_fits(mesh, mc.num_heads, mc.d_ff, mc.vocab_size)
     trainer = make_trainer(cfg, mc, mesh, sharding.rules(cfg.mesh))
-    ckpt = Checkpointer(workdir, cfg.train.keep_checkpoints)
+    ckpt = Checkpointer(
+        workdir,
+        cfg.train.keep_checkpoints,
+        True,
+        cfg.train.checkpoint_every_steps,
+        cfg.train.num_steps,
+    )
     state, position = _restore_or_init(trainer, ckpt, cfg.train.seed, workdir, tokenizer)
     spec = dataset.batch_spec(
         cfg.data,

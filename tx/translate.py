@@ -30,6 +30,10 @@ class CheckpointNotFound(FileNotFoundError):
     pass
 
 
+class StaleAverage(ValueError):
+    """The newest averaged model predates training checkpoints written after it."""
+
+
 @dataclasses.dataclass
 class LoadedModel:
     model: Transformer
@@ -46,7 +50,11 @@ def load_model(
     averaged: bool | None = None,
 ) -> LoadedModel:
     """Parameters of `workdir`: the newest averaged checkpoint if there is one (unless
-    `averaged=False`), else the latest training checkpoint, or `checkpoint_step` if given."""
+    `averaged=False`), else the latest training checkpoint, or `checkpoint_step` if given.
+
+    An averaged model that training has moved past is refused (StaleAverage), not silently
+    used or rewritten: translating must not write into a run that may still be training.
+    """
     tokenizer = Tokenizer(os.path.join(workdir, MODEL_FILENAME))
     mc = model_config(cfg)
     mesh = sharding.make_mesh(cfg.mesh)
@@ -54,6 +62,7 @@ def load_model(
     abstract = abstract_train_state(trainer)
     avg_steps = checkpoint.averaged_steps(workdir)
     if checkpoint_step is None and avg_steps and averaged is not False:
+        _check_fresh(cfg, workdir, avg_steps[-1])
         params, meta = checkpoint.restore_averaged(workdir, avg_steps[-1], abstract.params)
         source = f"averaged/{avg_steps[-1]} (steps {meta['averaged_steps']})"
     else:
@@ -69,6 +78,21 @@ def load_model(
         params, source = state.params, f"checkpoints/{step}"
     logging.info("translating with %s", source)
     return LoadedModel(Transformer(mc), params, tokenizer, source, mesh)
+
+
+def _check_fresh(cfg: ml_collections.ConfigDict, workdir: str, averaged_step: int) -> None:
+    ckpt = checkpoint.Checkpointer(workdir, keep=None)
+    steps = checkpoint.averaging_steps(
+        ckpt.all_steps(), cfg.train.checkpoint_every_steps, cfg.train.num_steps
+    )
+    ckpt.close()
+    if steps and steps[-1] > averaged_step:
+        raise StaleAverage(
+            f"{os.path.join(workdir, checkpoint.AVERAGED, str(averaged_step))} is stale: training "
+            f"has written checkpoints up to step {steps[-1]} since. Average again with "
+            f"`python -m tx average --workdir {workdir}` (the last {cfg.decode.average_last}), "
+            "or choose one training checkpoint with --checkpoint STEP"
+        )
 
 
 @functools.partial(jax.jit, static_argnames=("model", "beam_size", "alpha", "max_steps"))
