@@ -21,8 +21,12 @@ import sys
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # before TensorFlow is imported anywhere
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
 
+from tx import workdir
 from tx.config import ConfigError, load_config, model_config, split_config_args
 from tx.distributed import initialize
+
+# Each command imports what it needs when it runs: `info` and `--help` need not pay seconds
+# for TensorFlow and Orbax.
 
 
 def _info(args, cfg) -> int:
@@ -69,19 +73,16 @@ def _translate(args, cfg) -> int:
     outputs = translate(loaded, lines, cfg)
     text = "".join(o + "\n" for o in outputs)
     if args.output:  # written whole, then renamed: never a half-written file
-        tmp = args.output + ".tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, args.output)
+        workdir.write_atomic(args.output, text)
     else:
         sys.stdout.write(text)
     return 0
 
 
 def _average(args, cfg) -> int:
-    from tx.demo import average
+    from tx.checkpoint import average
 
-    path, steps = average(cfg, _need_workdir(args), args.last or cfg.decode.average_last)
+    path, steps = average(cfg, _need_workdir(args), args.last)
     print(json.dumps({"averaged": path, "steps": steps}))
     return 0
 
@@ -170,14 +171,13 @@ def main(argv: list[str] | None = None) -> int:
         logging.getLogger(noisy).setLevel(logging.ERROR)
     rest, config_path, overrides = split_config_args(argv)
     args = _parser().parse_args(rest)
-    if config_path is None and args.workdir and args.command != "train":
-        saved = os.path.join(args.workdir, "config.json")  # the resolved config of the run
-        config_path = saved if os.path.exists(saved) else None
-    config_path = config_path or DEFAULT_CONFIGS.get(args.command)
     initialize(args.coordinator_address, args.num_processes, args.process_id)
     try:
+        if config_path is None and args.workdir and args.command not in ("train", "demo"):
+            config_path = workdir.require_run(args.workdir)  # the run's resolved config
+        config_path = config_path or DEFAULT_CONFIGS.get(args.command)
         cfg = load_config(config_path, overrides) if config_path else None
-    except ConfigError as e:
+    except (ConfigError, workdir.NotARun) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     if cfg is None:

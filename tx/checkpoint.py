@@ -20,10 +20,15 @@ import os
 
 import jax
 import jax.numpy as jnp
+import ml_collections
 import orbax.checkpoint as ocp
+from flax import linen as nn
 
-CHECKPOINTS = "checkpoints"
-AVERAGED = "averaged"
+from tx import sharding
+from tx import workdir as wd
+from tx.config import model_config
+from tx.counting import abstract_params
+from tx.model import ModelConfig
 
 
 def _manager(directory: str, async_save: bool = True) -> ocp.CheckpointManager:
@@ -61,7 +66,7 @@ class Checkpointer:
         every_steps: int = 0,
         final_step: int | None = None,
     ):
-        self.directory = os.path.join(workdir, CHECKPOINTS)
+        self.directory = wd.checkpoints_dir(workdir)
         self.keep, self.every_steps, self.final_step = keep, every_steps, final_step
         self.manager = _manager(self.directory, async_save)
 
@@ -106,6 +111,20 @@ class Checkpointer:
         )
         return restored["state"], dict(restored["data"])
 
+    def restore_params(self, step: int, abstract_params):
+        """Only the parameters of `step`, laid out as `abstract_params` says: the optimizer
+        state is not read (inference and averaging need no optimizer)."""
+        item = {"params": abstract_params}
+        restored = ocp.PyTreeCheckpointer().restore(
+            os.path.join(os.path.abspath(self.directory), str(step), "state"),
+            args=ocp.args.PyTreeRestore(
+                item=item,
+                restore_args=ocp.checkpoint_utils.construct_restore_args(item),
+                partial_restore=True,
+            ),
+        )
+        return restored["params"]
+
     def wait(self) -> None:
         self.manager.wait_until_finished()
 
@@ -114,21 +133,10 @@ class Checkpointer:
         self.manager.close()
 
 
-def average_params(trees: list) -> object:
-    """Arithmetic mean of parameter trees, in float32, cast back to each leaf's dtype."""
-    n = len(trees)
-
-    def mean(*leaves):
-        total = sum(leaf.astype(jnp.float32) for leaf in leaves)
-        return (total / n).astype(leaves[0].dtype)
-
-    return jax.tree_util.tree_map(mean, *trees)
-
-
 def save_params(workdir: str, step: int, params, sources: list[int]) -> str:
     """Writes averaged parameters as `workdir/averaged/<step>` (atomically) and returns it."""
     manager = ocp.CheckpointManager(
-        os.path.abspath(os.path.join(workdir, AVERAGED)),
+        os.path.abspath(wd.averaged_dir(workdir)),
         options=ocp.CheckpointManagerOptions(
             max_to_keep=None, create=True, enable_async_checkpointing=False
         ),
@@ -146,11 +154,11 @@ def save_params(workdir: str, step: int, params, sources: list[int]) -> str:
     )
     manager.wait_until_finished()
     manager.close()
-    return os.path.join(workdir, AVERAGED, str(step))
+    return os.path.join(wd.averaged_dir(workdir), str(step))
 
 
 def averaged_steps(workdir: str) -> list[int]:
-    path = os.path.join(workdir, AVERAGED)
+    path = wd.averaged_dir(workdir)
     if not os.path.isdir(path):
         return []
     manager = _manager_read(path, ("params", "meta"))
@@ -166,7 +174,7 @@ def _manager_read(path: str, items) -> ocp.CheckpointManager:
 
 
 def restore_averaged(workdir: str, step: int, abstract_params):
-    manager = _manager_read(os.path.join(workdir, AVERAGED), ("params", "meta"))
+    manager = _manager_read(wd.averaged_dir(workdir), ("params", "meta"))
     restored = manager.restore(
         step,
         args=ocp.args.Composite(
@@ -176,14 +184,35 @@ def restore_averaged(workdir: str, step: int, abstract_params):
     return restored["params"], dict(restored["meta"])
 
 
+def param_target(model_cfg: ModelConfig, layout: sharding.Layout):
+    """The parameters as ShapeDtypeStructs with their shardings on `layout`: what inference
+    and averaging restore into (no optimizer is built, no memory allocated)."""
+    boxed = abstract_params(model_cfg)
+    return jax.tree_util.tree_map(
+        lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh),
+        nn.meta.unbox(boxed),
+        layout.tree(boxed),
+    )
+
+
+def average(cfg: ml_collections.ConfigDict, workdir: str, last: int | None = None):
+    """`tx average`: the last `last` (default `decode.average_last`) averaging checkpoints of
+    `workdir` -> workdir/averaged/<step>; returns (path, averaged steps)."""
+    target = param_target(model_config(cfg), sharding.layout(cfg.mesh))
+    t = cfg.train
+    last = cfg.decode.average_last if last is None else last
+    return average_last(workdir, last, target, t.checkpoint_every_steps, t.num_steps)
+
+
 def average_last(
-    workdir: str, last: int, abstract_state, every: int = 0, final_step: int | None = None
+    workdir: str, last: int, abstract_params, every: int = 0, final_step: int | None = None
 ) -> tuple[str, list[int]]:
     """Averages the parameters of the last `last` averaging checkpoints (those every `every`
     steps and the final one; see `averaging_steps`) into `workdir/averaged/<step>`.
 
-    `abstract_state` (ShapeDtypeStructs with shardings) says how to lay the arrays out, so
-    sharded parameters are averaged shard by shard on their devices.
+    `abstract_params` (ShapeDtypeStructs with shardings) says how to lay the arrays out, so
+    sharded parameters are averaged shard by shard on their devices; the optimizer state is
+    never read.
     """
     ckpt = Checkpointer(workdir, keep=None, async_save=False)
     steps = averaging_steps(ckpt.all_steps(), every, final_step)
@@ -193,18 +222,16 @@ def average_last(
         raise ValueError(f"--last must be >= 1, got {last}")
     chosen = steps[-last:]
     if chosen[-1] in averaged_steps(workdir):
-        _, meta = restore_averaged(workdir, chosen[-1], abstract_state.params)
+        _, meta = restore_averaged(workdir, chosen[-1], abstract_params)
         if meta["averaged_steps"] == chosen:  # already done (e.g. `make demo` run twice)
             ckpt.close()
-            return os.path.join(workdir, AVERAGED, str(chosen[-1])), chosen
-    total, n = None, 0
+            return os.path.join(wd.averaged_dir(workdir), str(chosen[-1])), chosen
+    total = None
     for step in chosen:  # a running sum: memory stays at two parameter trees
-        params = ckpt.restore(step, abstract_state)[0].params
+        params = ckpt.restore_params(step, abstract_params)
         params32 = jax.tree_util.tree_map(lambda x: x.astype(jnp.float32), params)
         total = params32 if total is None else jax.tree_util.tree_map(jnp.add, total, params32)
-        n += 1
     ckpt.close()
-    mean = jax.tree_util.tree_map(
-        lambda t, a: (t / n).astype(a.dtype), total, abstract_state.params
-    )
+    n = len(chosen)
+    mean = jax.tree_util.tree_map(lambda t, a: (t / n).astype(a.dtype), total, abstract_params)
     return save_params(workdir, chosen[-1], mean, chosen), chosen

@@ -8,35 +8,20 @@ import time
 import jax
 import ml_collections
 
-from tx import checkpoint, sharding
-from tx.config import model_config
+from tx.checkpoint import average
 from tx.data.dataset import split_text
 from tx.evaluate import copy_baseline, evaluate_split
 from tx.loop import train
-from tx.train import abstract_train_state, make_trainer
 from tx.translate import load_model, translate
 
 SAMPLES = 5
-
-
-def average(cfg: ml_collections.ConfigDict, workdir: str, last: int):
-    """`tx average`: the last `last` checkpoints -> workdir/averaged/<step>."""
-    mesh = sharding.make_mesh(cfg.mesh)
-    trainer = make_trainer(cfg, model_config(cfg), mesh, sharding.rules(cfg.mesh))
-    return checkpoint.average_last(
-        workdir,
-        last,
-        abstract_train_state(trainer),
-        cfg.train.checkpoint_every_steps,
-        cfg.train.num_steps,
-    )
 
 
 def run_demo(cfg: ml_collections.ConfigDict, workdir: str, say=print) -> dict:
     start = time.perf_counter()
     metrics = train(cfg, workdir)
     train_secs = time.perf_counter() - start
-    path, steps = average(cfg, workdir, cfg.decode.average_last)
+    path, steps = average(cfg, workdir)
     say(f"\naveraged checkpoints {steps} -> {path}")
     loaded = load_model(cfg, workdir)
     pairs = split_text(cfg.data, "test")[:SAMPLES]

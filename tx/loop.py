@@ -5,6 +5,7 @@
 On start the latest checkpoint in `workdir` is restored (state and data position) onto the
 current mesh, whatever mesh wrote it. SIGTERM / SIGINT save a checkpoint and return; a
 non-finite loss raises `Diverged` naming the step, leaving earlier checkpoints intact.
+The steps themselves are tx.trainer's; the paths and checks of the workdir, tx.workdir's.
 """
 
 from __future__ import annotations
@@ -13,45 +14,24 @@ import dataclasses
 import json
 import logging
 import math
-import os
 import signal
 import time
+from collections.abc import Callable
 
 import jax
 import ml_collections
 import numpy as np
+from jax.experimental import multihost_utils
 
-from tx import sharding
+from tx import trainer as trainer_lib
+from tx import workdir as wd
 from tx.checkpoint import Checkpointer
-from tx.config import ConfigError, model_config
 from tx.counting import train_flops_per_step
 from tx.data import dataset
-from tx.data.pipeline import POSITION_KEY, PlannedBatch, eval_batches, materialize
-from tx.data.tokenizer import VocabularyError
+from tx.data.pipeline import POSITION_KEY, BatchSpec, PlannedBatch, eval_batches, materialize
+from tx.data.token_cache import TokenizedSplit
 from tx.distributed import barrier
 from tx.monitor import Progress, Summaries, Throughput, peak_tflops
-from tx.train import (
-    abstract_train_state,
-    create_train_state,
-    jit_eval_step,
-    jit_train_step,
-    make_trainer,
-)
-
-CONFIG_FILE = "config.json"
-# Keys that must not change when a workdir is resumed (they change the model or its data).
-FIXED_KEYS = (
-    "model",
-    "data.source",
-    "data.vocab_size",
-    "data.tfds_name",
-    "data.src_lang",
-    "data.tgt_lang",
-    "data.train_prefix",
-    "data.spm_model_type",
-    "data.spm_normalization",
-    "data.spm_split_digits",
-)
 
 
 class Diverged(RuntimeError):
@@ -60,45 +40,6 @@ class Diverged(RuntimeError):
 
 def is_main() -> bool:
     return jax.process_index() == 0
-
-
-def check_workdir(cfg: ml_collections.ConfigDict, workdir: str) -> None:
-    """Refuses a workdir whose saved config differs in a FIXED_KEYS entry; else saves cfg."""
-    os.makedirs(workdir, exist_ok=True)
-    path = os.path.join(workdir, CONFIG_FILE)
-    current = json.loads(cfg.to_json_best_effort())
-    if os.path.exists(path):
-        with open(path) as f:
-            saved = json.load(f)
-        # A key the saved config lacks came after that run started: nothing to compare.
-        diffs = [
-            k
-            for k in FIXED_KEYS
-            if _lookup(saved, k) is not _MISSING and _lookup(saved, k) != _lookup(current, k)
-        ]
-        if diffs:
-            details = "; ".join(
-                f"{k}: {_lookup(saved, k)!r} -> {_lookup(current, k)!r}" for k in diffs
-            )
-            raise ConfigError(
-                f"{workdir} was trained with another configuration ({details}); use a new --workdir"
-            )
-    if is_main():
-        tmp = path + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump(current, f, indent=2, sort_keys=True)
-        os.replace(tmp, path)
-
-
-_MISSING = object()
-
-
-def _lookup(tree: dict, dotted: str):
-    for part in dotted.split("."):
-        if not isinstance(tree, dict) or part not in tree:
-            return _MISSING
-        tree = tree[part]
-    return tree
 
 
 class StopSignal:
@@ -129,22 +70,36 @@ def _sync_flags(*flags: bool) -> tuple[bool, ...]:
     (only needed with several processes)."""
     if jax.process_count() == 1:
         return flags
-    from jax.experimental import multihost_utils
-
     gathered = multihost_utils.process_allgather(np.array(flags, bool))  # [processes, n]
     return tuple(bool(x) for x in np.asarray(gathered).reshape(-1, len(flags)).any(0))
 
 
-def evaluate_loss(trainer, eval_fn, params, ids, data, spec) -> dict:
+@dataclasses.dataclass
+class _Run:
+    """What the loop works with, built once by `train`."""
+
+    cfg: ml_collections.ConfigDict
+    workdir: str
+    trainer: trainer_lib.Trainer
+    ckpt: Checkpointer
+    spec: BatchSpec
+    progress: Progress
+    summaries: Summaries
+    dev: TokenizedSplit | None  # dev token ids, when dev loss is evaluated
+    bleu_hook: Callable[[object], dict] | None
+
+
+def evaluate_loss(trainer, eval_fn, params, ids: TokenizedSplit, data, spec: BatchSpec) -> dict:
     """Dev loss, per-token perplexity and accuracy over EVERY pair of the split."""
     lengths = np.maximum(ids.src_lengths, ids.tgt_lengths)
     totals = {"loss": 0.0, "nll": 0.0, "correct": 0.0, "weight": 0.0}
+    unpacked = dataclasses.replace(spec, pack=False)
     for length, idx in eval_batches(
         lengths, data.tokens_per_step, tuple(data.bucket_lengths), spec.row_multiple
     ):
         planned = PlannedBatch(length, [[int(i)] if i >= 0 else [] for i in idx])
-        local = materialize(planned, ids, _unpacked(spec))
-        sums = eval_fn(params, sharding.global_batch(local, trainer.mesh))
+        local = materialize(planned, ids, unpacked)
+        sums = eval_fn(params, trainer.layout.global_batch(local))
         for k in totals:
             totals[k] += float(sums[k])
     w = max(totals["weight"], 1.0)
@@ -155,10 +110,6 @@ def evaluate_loss(trainer, eval_fn, params, ids, data, spec) -> dict:
     }
 
 
-def _unpacked(spec):
-    return dataclasses.replace(spec, pack=False)
-
-
 def train(
     cfg: ml_collections.ConfigDict, workdir: str, progress_stream=None, bleu_hook=None
 ) -> dict:
@@ -167,41 +118,33 @@ def train(
     `bleu_hook(params) -> dict of scores`, when given, runs every
     `train.eval_bleu_every_steps` (see tx.evaluate.dev_bleu_hook: decoding lives downstream).
     """
-    check_workdir(cfg, workdir)
-    mc = model_config(cfg)
+    t = cfg.train
+    wd.check_config(cfg, workdir)
     tokenizer = prepare_data(cfg, workdir)
-    mesh = sharding.make_mesh(cfg.mesh)
-    sharding.check_model_fits(mesh, mc.num_heads, mc.d_ff, mc.vocab_size)
-    trainer = make_trainer(cfg, mc, mesh, sharding.rules(cfg.mesh))
-    ckpt = Checkpointer(
-        workdir,
-        cfg.train.keep_checkpoints,
-        True,
-        cfg.train.checkpoint_every_steps,
-        cfg.train.num_steps,
-    )
-    state, position = _restore_or_init(trainer, ckpt, cfg.train.seed, workdir, tokenizer)
+    wd.check_vocabulary(workdir, tokenizer)
+    trainer = trainer_lib.build(cfg)
+    ckpt = Checkpointer(workdir, t.keep_checkpoints, True, t.checkpoint_every_steps, t.num_steps)
+    state, position = _restore_or_init(trainer, ckpt, t.seed)
     spec = dataset.batch_spec(
         cfg.data,
-        sharding.data_shards(mesh) * cfg.train.micro_batches,
+        trainer.layout.data_shards * t.micro_batches,
         jax.process_index(),
         jax.process_count(),
     )
     stream, counts = dataset.train_stream(cfg.data, workdir, tokenizer, spec, position)
-    progress = Progress(cfg.train.num_steps, is_main(), progress_stream)
+    progress = Progress(t.num_steps, is_main(), progress_stream)
     progress.message(
-        f"tx: {json.dumps(counts)} | mesh {dict(mesh.shape)} | rows per step by length "
-        f"{stream.rows} | start step {int(state.step)}"
+        f"tx: {json.dumps(counts)} | mesh {dict(trainer.mesh.shape)} | rows per step by "
+        f"length {stream.rows} | start step {int(state.step)}"
     )
-    dev = (
-        dataset.split_ids(cfg.data, workdir, tokenizer, "dev")
-        if cfg.train.eval_every_steps
-        else None
-    )
+    dev = dataset.split_ids(cfg.data, workdir, tokenizer, "dev") if t.eval_every_steps else None
+    summaries = Summaries(wd.tensorboard_dir(workdir), is_main())
+    run = _Run(cfg, workdir, trainer, ckpt, spec, progress, summaries, dev, bleu_hook)
     try:
-        return _loop(cfg, workdir, trainer, ckpt, state, stream, spec, progress, dev, bleu_hook)
+        return _loop(run, state, stream)
     finally:
         ckpt.close()
+        summaries.close()
 
 
 def prepare_data(cfg: ml_collections.ConfigDict, workdir: str):
@@ -215,37 +158,20 @@ def prepare_data(cfg: ml_collections.ConfigDict, workdir: str):
     return dataset.vocabulary(cfg.data, workdir)
 
 
-def _restore_or_init(trainer, ckpt: Checkpointer, seed: int, workdir: str, tokenizer):
-    _check_vocabulary(workdir, tokenizer)
+def _restore_or_init(trainer, ckpt: Checkpointer, seed: int):
     step = ckpt.latest_step()
     if step is None:
-        return create_train_state(trainer, seed), None
+        return trainer_lib.create_train_state(trainer, seed), None
     logging.info("resuming from %s step %d", ckpt.directory, step)
-    return ckpt.restore(step, abstract_train_state(trainer))
+    return ckpt.restore(step, trainer_lib.abstract_train_state(trainer))
 
 
-def _check_vocabulary(workdir: str, tokenizer) -> None:
-    """The vocabulary a workdir's checkpoints were trained with must be the one loaded now."""
-    path = os.path.join(workdir, "vocab.sha256")
-    if os.path.exists(path):
-        with open(path) as f:
-            saved = f.read().strip()
-        if saved != tokenizer.fingerprint:
-            raise VocabularyError(
-                f"{tokenizer.path} (sha256 {tokenizer.fingerprint[:12]}) is not the vocabulary "
-                f"the checkpoints in {workdir} were trained with (sha256 {saved[:12]})"
-            )
-    elif is_main():
-        with open(path, "w") as f:
-            f.write(tokenizer.fingerprint + "\n")
-
-
-def _loop(cfg, workdir, trainer, ckpt, state, stream, spec, progress, dev, bleu_hook) -> dict:
-    t = cfg.train
-    step_fn, eval_fn = jit_train_step(trainer), jit_eval_step(trainer)
-    mc = trainer.model.config
+def _loop(run: _Run, state, stream) -> dict:
+    t = run.cfg.train
+    step_fn = trainer_lib.jit_train_step(run.trainer)
+    eval_fn = trainer_lib.jit_eval_step(run.trainer)
+    mc = run.trainer.model.config
     throughput = Throughput(jax.device_count(), peak_tflops(configured=t.peak_tflops))
-    summaries = Summaries(workdir, is_main())
     batches = dataset.prefetch(stream)
     step = int(state.step)
     last_save, last = time.monotonic(), {}
@@ -254,38 +180,30 @@ def _loop(cfg, workdir, trainer, ckpt, state, stream, spec, progress, dev, bleu_
         while step < t.num_steps:
             local = next(batches)
             position = _take_position(local)
-            state, metrics = step_fn(state, sharding.global_batch(local, trainer.mesh))
+            state, metrics = step_fn(state, run.trainer.layout.global_batch(local))
             step += 1
             window.add(step, metrics, (local["inputs"].shape[1], local["targets"].shape[1]))
             if step % t.log_every_steps == 0 or step == t.num_steps:
-                last = _report(window, throughput, progress, summaries, step)
-            if t.eval_every_steps and dev is not None and step % t.eval_every_steps == 0:
+                last = _report(window, throughput, run.progress, run.summaries, step)
+            if t.eval_every_steps and run.dev is not None and step % t.eval_every_steps == 0:
                 window.check()
-                last.update(
-                    _dev_eval(trainer, eval_fn, state, dev, cfg, spec, progress, summaries, step)
-                )
-            if bleu_hook and t.eval_bleu_every_steps and step % t.eval_bleu_every_steps == 0:
+                last.update(_dev_eval(run, eval_fn, state, step))
+            if run.bleu_hook and t.eval_bleu_every_steps and step % t.eval_bleu_every_steps == 0:
                 window.check()
-                scores = bleu_hook(state.params)
-                progress.message(
-                    f"step {step}: " + " | ".join(f"{k} {v:.2f}" for k, v in scores.items())
-                )
-                summaries.scalars(step, {f"dev/{k}": v for k, v in scores.items()})
-                last.update({f"dev_{k}": v for k, v in scores.items()})
+                last.update(_dev_bleu(run, state, step))
             due = (t.checkpoint_every_steps and step % t.checkpoint_every_steps == 0) or (
                 t.checkpoint_every_secs and time.monotonic() - last_save >= t.checkpoint_every_secs
             )
             stopping, due = _sync_flags(stop.received is not None, bool(due))
             if due or stopping or step == t.num_steps:
                 window.check()  # never save a state after a non-finite step
-                ckpt.save(step, state, position)
+                run.ckpt.save(step, state, position)
                 last_save = time.monotonic()
             if stopping:
-                progress.message(f"tx: {stop.received or 'stop'} received: saved step {step}")
+                run.progress.message(f"tx: {stop.received or 'stop'} received: saved step {step}")
                 break
     window.check()
-    ckpt.wait()
-    summaries.close()
+    run.ckpt.wait()
     return {**last, "step": step}
 
 
@@ -350,11 +268,18 @@ def _report(window, throughput, progress, summaries, step) -> dict:
     return metrics
 
 
-def _dev_eval(trainer, eval_fn, state, dev, cfg, spec, progress, summaries, step) -> dict:
-    result = evaluate_loss(trainer, eval_fn, state.params, dev, cfg.data, spec)
-    progress.message(
+def _dev_eval(run: _Run, eval_fn, state, step: int) -> dict:
+    result = evaluate_loss(run.trainer, eval_fn, state.params, run.dev, run.cfg.data, run.spec)
+    run.progress.message(
         f"step {step}: dev loss {result['dev_loss']:.3f} | dev perplexity "
         f"{result['dev_perplexity']:.2f} | dev accuracy {result['dev_accuracy']:.3f}"
     )
-    summaries.scalars(step, {k.replace("dev_", "dev/"): v for k, v in result.items()})
+    run.summaries.scalars(step, {k.replace("dev_", "dev/"): v for k, v in result.items()})
     return result
+
+
+def _dev_bleu(run: _Run, state, step: int) -> dict:
+    scores = run.bleu_hook(state.params)
+    run.progress.message(f"step {step}: " + " | ".join(f"{k} {v:.2f}" for k, v in scores.items()))
+    run.summaries.scalars(step, {f"dev/{k}": v for k, v in scores.items()})
+    return {f"dev_{k}": v for k, v in scores.items()}

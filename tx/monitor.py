@@ -14,8 +14,9 @@ import time
 
 import jax
 
-# Dense bf16 peak TFLOP/s per device (PAPER.md, "Figures from later work"). Matched in order
-# against jax's device_kind.
+# Dense bf16 peak TFLOP/s per device, from the vendors' data sheets (NVIDIA: dense, without
+# sparsity; Google Cloud TPU system architecture pages). Matched in order against jax's
+# device_kind.
 PEAK_TFLOPS = (
     ("v6", 918.0),
     ("v5p", 459.0),
@@ -110,15 +111,16 @@ class Progress:
 
 
 class Summaries:
-    """TensorBoard scalars under `workdir/tensorboard` (process 0 only; no-op elsewhere)."""
+    """TensorBoard scalars in `directory` (process 0 only; no-op elsewhere)."""
 
-    def __init__(self, workdir: str, enabled: bool):
+    def __init__(self, directory: str, enabled: bool):
         self.writer = None
         if enabled:
+            # TensorFlow takes seconds to import: only the process that writes pays for it.
             import tensorflow as tf
 
             self._tf = tf
-            self.writer = tf.summary.create_file_writer(os.path.join(workdir, "tensorboard"))
+            self.writer = tf.summary.create_file_writer(directory)
 
     def scalars(self, step: int, values: dict) -> None:
         if self.writer is None:

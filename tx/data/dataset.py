@@ -1,8 +1,7 @@
 """The data stage end to end: `cfg.data` + workdir -> tokenizer, token ids, batch streams.
 
-Workdir layout written here:
-  spm.model          the shared vocabulary (trained once, never silently retrained)
-  data/<key>/        cached token ids per split (see tx.data.token_cache)
+Writes the workdir's vocabulary (trained once, never silently retrained) and token-id caches
+(see tx.workdir for where, tx.data.token_cache for how).
 """
 
 from __future__ import annotations
@@ -13,12 +12,12 @@ import os
 from collections.abc import Iterator
 
 import ml_collections
-import numpy as np
 
+from tx import workdir as wd
 from tx.data import sources
 from tx.data.pipeline import Batch, BatchSpec, TrainStream, filter_for_training
 from tx.data.token_cache import TokenizedSplit, tokenized
-from tx.data.tokenizer import MODEL_FILENAME, Tokenizer, VocabularyError, train_tokenizer
+from tx.data.tokenizer import Tokenizer, VocabularyError, train_tokenizer
 
 VOCAB_PATH_KEY = "vocab_path"
 
@@ -29,7 +28,7 @@ def vocabulary(data: ml_collections.ConfigDict, workdir: str) -> Tokenizer:
     `data.vocab_path`, when set, is copied in instead of training. An existing workdir model is
     reused and must have `data.vocab_size` pieces.
     """
-    path = os.path.join(workdir, MODEL_FILENAME)
+    path = wd.vocab_file(workdir)
     if not os.path.exists(path):
         given = data.get(VOCAB_PATH_KEY)
         if given:
@@ -40,7 +39,7 @@ def vocabulary(data: ml_collections.ConfigDict, workdir: str) -> Tokenizer:
             sentences = itertools.chain.from_iterable(iter(train))
             train_tokenizer(
                 sentences,
-                workdir,
+                path,
                 data.vocab_size,
                 data.spm_model_type,
                 data.spm_sample_size,
@@ -72,7 +71,7 @@ def split_ids(
 ) -> TokenizedSplit:
     """Token ids of `split`, from the on-disk cache (tokenized once)."""
     text = sources.load_split(data, split)
-    return tokenized(text, tokenizer, os.path.join(workdir, "data"), data.num_workers)
+    return tokenized(text, tokenizer, wd.data_dir(workdir), data.num_workers)
 
 
 def split_text(data: ml_collections.ConfigDict, split: str) -> list[tuple[str, str]]:
@@ -124,7 +123,3 @@ def prefetch(stream: Iterator[Batch], buffer: int = 2) -> Iterator[Batch]:
 
     ds = tf.data.Dataset.from_generator(gen, output_signature=signature).prefetch(buffer)
     return ds.as_numpy_iterator()
-
-
-def lengths_of(ids: TokenizedSplit) -> np.ndarray:
-    return np.maximum(ids.src_lengths, ids.tgt_lengths)

@@ -1,8 +1,7 @@
 """A SentencePiece vocabulary shared by source and target (section 5.1).
 
-Reserved ids, fixed for every vocabulary tx trains:
-  0 = <pad> (padding; masked everywhere), 1 = </s> (end of sentence),
-  2 = <unk>, 3 = <s> (start token: the decoder input's first position).
+Every vocabulary tx trains reserves the ids of tx.tokens (pad, EOS, unk, BOS); a model given
+with `data.vocab_path` is checked against them.
 """
 
 from __future__ import annotations
@@ -15,12 +14,7 @@ from collections.abc import Iterable, Sequence
 
 import sentencepiece as spm
 
-PAD_ID = 0
-EOS_ID = 1
-UNK_ID = 2
-BOS_ID = 3
-
-MODEL_FILENAME = "spm.model"
+from tx.tokens import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 
 class VocabularyError(ValueError):
@@ -74,7 +68,7 @@ class Tokenizer:
 
 def train_tokenizer(
     sentences: Iterable[str],
-    model_dir: str,
+    path: str,
     vocab_size: int,
     model_type: str = "bpe",
     sample_size: int = 1_000_000,
@@ -87,7 +81,7 @@ def train_tokenizer(
 
     Sentences are reservoir-sampled down to `sample_size` (the paper's 37k BPE was learned on
     the whole WMT corpus; a few million sentences give the same vocabulary in practice). The
-    model is written atomically to `model_dir/spm.model` and its path returned.
+    model is written atomically to `path`, which is returned.
 
     `normalization` is SentencePiece's normalization_rule_name: "identity" keeps every character,
     so `decode(encode(s)) == s` for any line the sources give (stripped, single-spaced) whose
@@ -97,8 +91,8 @@ def train_tokenizer(
     vocabulary's own training.
     """
     reservoir = _reservoir_sample(sentences, sample_size, seed)
+    model_dir = os.path.dirname(os.path.abspath(path))
     os.makedirs(model_dir, exist_ok=True)
-    final = os.path.join(model_dir, MODEL_FILENAME)
     with tempfile.TemporaryDirectory(dir=model_dir) as tmp:
         prefix = os.path.join(tmp, "spm")
         try:
@@ -130,8 +124,8 @@ def train_tokenizer(
             raise VocabularyError(
                 f"SentencePiece training failed for data.vocab_size={vocab_size}: {e}"
             ) from e
-        os.replace(prefix + ".model", final)
-    return final
+        os.replace(prefix + ".model", path)
+    return path
 
 
 def _reservoir_sample(sentences: Iterable[str], k: int, seed: int) -> list[str]:
