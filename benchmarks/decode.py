@@ -20,19 +20,19 @@ from common import save  # noqa: E402
 
 from tx.config import load_config  # noqa: E402
 from tx.data.dataset import split_text  # noqa: E402
-from tx.data.tokenizer import UNK_ID  # noqa: E402
-from tx.decode import beam_search  # noqa: E402
-from tx.model import Transformer, beam_decoder  # noqa: E402
+from tx.model import Transformer, incremental_decoder  # noqa: E402
+from tx.search import Decoder, beam_search  # noqa: E402
+from tx.tokens import UNK_ID  # noqa: E402
 from tx.translate import load_model, translate, translate_ids  # noqa: E402
 
 
 @functools.partial(jax.jit, static_argnames=("model", "beam", "steps", "cached"))
 def _search(model, params, inputs, max_lengths, *, beam, steps, cached):
     if cached:
-        t2l, cache = beam_decoder(model, params, inputs, beam, steps)
+        decoder = Decoder(*incremental_decoder(model, params, inputs, beam, steps))
     else:
-        t2l, cache = _uncached_decoder(model, params, inputs, beam, steps)
-    return beam_search(t2l, cache, max_lengths, beam_size=beam, alpha=0.6, max_steps=steps)
+        decoder = Decoder(*_uncached_decoder(model, params, inputs, beam, steps))
+    return beam_search(decoder, max_lengths, beam_size=beam, alpha=0.6, max_steps=steps)
 
 
 def _uncached_decoder(model, params, inputs, beam, steps):
@@ -59,7 +59,7 @@ def _uncached_decoder(model, params, inputs, beam, steps):
         step_logits = jax.lax.dynamic_index_in_dim(logits, cache["i"], 1, keepdims=False)
         return step_logits, {"prefix": prefix, "i": cache["i"] + 1}
 
-    return t2l, cache
+    return t2l, cache  # reordering: every leaf with a row dimension (the prefix)
 
 
 def time_search(loaded, sources, cached, beam=4, extra=50):

@@ -16,11 +16,10 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from common import save  # noqa: E402
 
-from tx import sharding  # noqa: E402
-from tx.config import load_config, model_config  # noqa: E402
+from tx.config import load_config  # noqa: E402
 from tx.counting import train_flops_per_step  # noqa: E402
 from tx.monitor import peak_tflops  # noqa: E402
-from tx.train import create_train_state, jit_train_step, make_trainer  # noqa: E402
+from tx.trainer import build, create_train_state, jit_train_step  # noqa: E402
 
 
 def main():
@@ -35,19 +34,19 @@ def main():
     args = p.parse_args()
     overrides = [f"model.dtype={args.dtype}"] if args.dtype else []
     cfg = load_config(args.config, overrides)
-    mc = model_config(cfg)
-    mesh = sharding.make_mesh(cfg.mesh)
-    trainer = make_trainer(cfg, mc, mesh, sharding.rules(cfg.mesh))
+    trainer = build(cfg)
+    mc = trainer.model.config
     state = create_train_state(trainer, 0)
     step = jit_train_step(trainer)
     rows = args.rows or cfg.data.tokens_per_step // args.length
-    rows = max(1, rows // sharding.data_shards(mesh)) * sharding.data_shards(mesh)
+    shards = trainer.layout.data_shards
+    rows = max(1, rows // shards) * shards
     rng = np.random.default_rng(0)
     batch = {
         k: rng.integers(4, mc.vocab_size, (rows, args.length)).astype(np.int32)
         for k in ("inputs", "targets")
     }
-    batch = sharding.global_batch(batch, mesh)
+    batch = trainer.layout.global_batch(batch)
     state, m = step(state, batch)
     jax.block_until_ready(m)
     start = time.perf_counter()

@@ -97,11 +97,15 @@ def get_config():
     )
 
     cfg.decode = dict(
+        strategy="beam",  # "beam" (the paper) | "greedy" | "sample" (tx.search)
         beam_size=4,
         alpha=0.6,  # GNMT length penalty ((5 + len) / 6)^alpha
         max_extra_len=50,  # output length <= input length + this
         batch_tokens=4096,  # source tokens per decoding batch (before the beam)
         average_last=5,  # checkpoints averaged for the final model (base: 5, big: 20)
+        temperature=1.0,  # sample: softmax(logits / temperature)
+        top_k=0,  # sample: only the k most likely tokens; 0 = all
+        seed=0,  # sample: the random draws (folded with each batch's number)
     )
 
     cfg.mesh = dict(

@@ -12,21 +12,16 @@ import math
 import jax
 import ml_collections
 import numpy as np
-from jax.sharding import Mesh, NamedSharding
-from jax.sharding import PartitionSpec as P
+from jax.experimental import topologies
 
-from tx import sharding
-from tx.config import model_config
+from tx import trainer as trainer_lib
 from tx.counting import train_flops_per_step
 from tx.data import dataset
-from tx.train import abstract_train_state, jit_train_step, make_trainer
 
 
 def topology_devices(topology: str):
     """Devices of a named TPU topology (e.g. "v4:2x2x2"), from libtpu, without the hardware."""
     try:
-        from jax.experimental import topologies
-
         return topologies.get_topology_desc(topology, "tpu").devices
     except Exception as e:  # noqa: BLE001 - libtpu missing or unknown topology: say so
         raise RuntimeError(
@@ -46,21 +41,18 @@ def _bytes_per_device(tree) -> int:
 
 def compile_report(cfg: ml_collections.ConfigDict, devices=None) -> dict:
     """Compiles the train step on the largest bucket; returns memory and FLOPs per device."""
-    mc = model_config(cfg)
-    mesh: Mesh = sharding.make_mesh(cfg.mesh, devices)
-    sharding.check_model_fits(mesh, mc.num_heads, mc.d_ff, mc.vocab_size)
-    trainer = make_trainer(cfg, mc, mesh, sharding.rules(cfg.mesh))
-    state = abstract_train_state(trainer)
+    trainer = trainer_lib.build(cfg, devices)
+    mesh, mc = trainer.mesh, trainer.model.config
+    state = trainer_lib.abstract_train_state(trainer)
     length = cfg.data.max_len if cfg.data.pack else cfg.data.bucket_lengths[-1]
-    multiple = sharding.data_shards(mesh) * cfg.train.micro_batches
+    multiple = trainer.layout.data_shards * cfg.train.micro_batches
     # The largest batch the data can produce (padded tokens <= 2 x data.tokens_per_step).
     rows = dataset.batch_spec(cfg.data, multiple).max_rows(length)
-    batch_sharding = NamedSharding(mesh, P(sharding.BATCH_AXES, None))
     batch = {
-        k: jax.ShapeDtypeStruct((rows, length), np.int32, sharding=batch_sharding)
+        k: jax.ShapeDtypeStruct((rows, length), np.int32, sharding=trainer.layout.batch)
         for k in ("inputs", "targets")
     }
-    compiled = jit_train_step(trainer).lower(state, batch).compile()
+    compiled = trainer_lib.jit_train_step(trainer).lower(state, batch).compile()
     memory = compiled.memory_analysis()
     cost = compiled.cost_analysis()
     cost = cost[0] if isinstance(cost, list) else cost

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 import ml_collections
 
 from tx.model import ModelConfig
+from tx.sharding import AXES
 
 SECTIONS = ("model", "data", "optim", "train", "decode", "mesh")
 
@@ -143,6 +144,7 @@ def validate(cfg: ml_collections.ConfigDict) -> None:
             f"model.vocab_size={cfg.model.vocab_size} differs from data.vocab_size="
             f"{cfg.data.vocab_size}; the shared vocabulary sizes the embedding"
         )
+    _check_decode(cfg.decode)
     if cfg.data.source not in ("demo", "text", "tfds"):
         raise ConfigError(f"data.source must be 'demo', 'text' or 'tfds', got {cfg.data.source!r}")
     buckets = tuple(cfg.data.bucket_lengths)
@@ -158,10 +160,20 @@ def validate(cfg: ml_collections.ConfigDict) -> None:
             f"longest bucket ({buckets[-1]})"
         )
     for axis, size in cfg.mesh.shape.items():
-        if axis not in ("data", "fsdp", "tensor"):
+        if axis not in AXES:
             raise ConfigError(f"unknown mesh axis 'mesh.shape.{axis}'")
         if size == 0 or size < -1:
             raise ConfigError(f"mesh.shape.{axis} must be positive or -1, got {size}")
+
+
+def _check_decode(decode: ml_collections.ConfigDict) -> None:
+    strategies = ("beam", "greedy", "sample")  # tx.search.STRATEGIES
+    if decode.strategy not in strategies:
+        raise ConfigError(f"decode.strategy must be one of {strategies}, got {decode.strategy!r}")
+    if not decode.temperature > 0:
+        raise ConfigError(f"decode.temperature must be positive, got {decode.temperature}")
+    if decode.top_k < 0:
+        raise ConfigError(f"decode.top_k must be >= 0, got {decode.top_k}")
 
 
 def _get(cfg, dotted: str):

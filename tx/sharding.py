@@ -1,24 +1,25 @@
-"""The device mesh and how arrays are laid out on it.
+"""The device mesh and how arrays are laid out on it: the only module that builds layouts.
 
 Mesh axes: `data` (pure data parallelism), `fsdp` (data parallelism that also shards
 parameters and optimizer state), `tensor` (splits heads, feed-forward and vocabulary).
 Parameters carry logical axis names (tx.layers); `cfg.mesh.rules` maps those names to mesh
-axes, and every sharding here is derived from the rules, never written per array.
+axes, and every sharding (parameters, optimizer state, input batches, per-row values,
+micro-batches) is derived from the rules by a `Layout`, never written per array.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import jax
 import ml_collections
 import numpy as np
 from flax import linen as nn
+from jax.experimental import mesh_utils
 from jax.sharding import Mesh, NamedSharding
-from jax.sharding import PartitionSpec as P
 
 AXES = ("data", "fsdp", "tensor")
-BATCH_AXES = ("data", "fsdp")
 
 
 class MeshError(ValueError):
@@ -52,8 +53,6 @@ def make_mesh(mesh_cfg: ml_collections.ConfigDict, devices=None) -> Mesh:
     devices = list(jax.devices() if devices is None else devices)
     shape = mesh_shape(mesh_cfg.shape, len(devices))
     try:
-        from jax.experimental import mesh_utils
-
         grid = mesh_utils.create_device_mesh(shape, devices=devices)
     except (ValueError, NotImplementedError, AssertionError):
         grid = np.array(devices).reshape(shape)
@@ -61,9 +60,67 @@ def make_mesh(mesh_cfg: ml_collections.ConfigDict, devices=None) -> Mesh:
 
 
 def rules(mesh_cfg: ml_collections.ConfigDict) -> tuple:
+    """`mesh.rules` as a tuple of (logical name, mesh axis or axes or None)."""
     return tuple(
         (name, tuple(axes) if isinstance(axes, list) else axes) for name, axes in mesh_cfg.rules
     )
+
+
+@dataclasses.dataclass(frozen=True)
+class Layout:
+    """A mesh and the rules mapping logical axis names onto it: every sharding of a run.
+
+    Arrays are described by the logical names of their dimensions (tx.layers documents
+    them), never by mesh axes, so changing a rule moves parameters, activations and input
+    batches together.
+    """
+
+    mesh: Mesh
+    rules: tuple
+
+    def named(self, *logical: str | None) -> NamedSharding:
+        """The sharding of an array whose dimensions carry these logical names."""
+        return NamedSharding(self.mesh, nn.logical_to_mesh_axes(logical, self.rules))
+
+    @property
+    def batch(self) -> NamedSharding:
+        """Input batches [rows, length]."""
+        return self.named("batch", "length")
+
+    @property
+    def rows(self) -> NamedSharding:
+        """One value per row [rows] (e.g. each sentence's maximum output length)."""
+        return self.named("batch")
+
+    @property
+    def micro_batches(self) -> NamedSharding:
+        """A batch split into micro-batches [k, rows / k, length]."""
+        return self.named(None, "batch", "length")
+
+    @property
+    def data_shards(self) -> int:
+        """How many ways a batch's rows are split: the mesh axes the `batch` rule uses."""
+        axes = nn.logical_to_mesh_axes(("batch",), self.rules)[0]
+        axes = () if axes is None else (axes,) if isinstance(axes, str) else axes
+        return math.prod(self.mesh.shape[a] for a in axes)
+
+    def tree(self, abstract_boxed) -> object:
+        """NamedShardings for a tree whose leaves may be nn.LogicallyPartitioned boxes."""
+        specs = nn.get_partition_spec(abstract_boxed)
+        return nn.logical_to_mesh_sharding(specs, self.mesh, self.rules)
+
+    def global_batch(self, local: dict) -> dict:
+        """This process's rows [rows / processes, length] -> global jax.Arrays."""
+        return {k: jax.make_array_from_process_local_data(self.batch, v) for k, v in local.items()}
+
+    def global_rows(self, local: np.ndarray) -> jax.Array:
+        """This process's per-row values [rows / processes] -> a global jax.Array."""
+        return jax.make_array_from_process_local_data(self.rows, local)
+
+
+def layout(mesh_cfg: ml_collections.ConfigDict, devices=None) -> Layout:
+    """The run's Layout from `cfg.mesh` over `devices` (default: every device)."""
+    return Layout(make_mesh(mesh_cfg, devices), rules(mesh_cfg))
 
 
 def check_model_fits(mesh: Mesh, num_heads: int, d_ff: int, vocab_size: int) -> None:
@@ -76,29 +133,3 @@ def check_model_fits(mesh: Mesh, num_heads: int, d_ff: int, vocab_size: int) -> 
     ):
         if size % t:
             raise MeshError(f"{name}={size} is not divisible by mesh.shape.tensor={t}")
-
-
-def logical_shardings(abstract_boxed, mesh: Mesh, axis_rules) -> object:
-    """NamedShardings for a tree whose leaves may be nn.LogicallyPartitioned boxes."""
-    specs = nn.get_partition_spec(abstract_boxed)
-    return nn.logical_to_mesh_sharding(specs, mesh, axis_rules)
-
-
-def data_shards(mesh: Mesh) -> int:
-    """How many ways a batch's rows are split (data x fsdp)."""
-    return mesh.shape["data"] * mesh.shape["fsdp"]
-
-
-def batch_sharding(mesh: Mesh) -> NamedSharding:
-    """Rows over (data, fsdp); positions replicated."""
-    return NamedSharding(mesh, P(BATCH_AXES, None))
-
-
-def replicated(mesh: Mesh) -> NamedSharding:
-    return NamedSharding(mesh, P())
-
-
-def global_batch(local: dict, mesh: Mesh) -> dict:
-    """This process's rows -> global jax.Arrays sharded over (data, fsdp)."""
-    sharding = batch_sharding(mesh)
-    return {k: jax.make_array_from_process_local_data(sharding, v) for k, v in local.items()}

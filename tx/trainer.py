@@ -1,9 +1,13 @@
-"""Sharded train state and the pure, jitted training and evaluation steps.
+"""The run's pieces from a config, the sharded train state, and the pure, jitted steps.
+
+    trainer = build(cfg)                       # mesh + layout, model, optimizer, shardings
+    state = create_train_state(trainer, seed)  # parameters born sharded, even on a pod
+    step = jit_train_step(trainer)             # (state, batch) -> (state, metrics), donated
 
 `create_train_state` follows the pjit recipe: jax.eval_shape -> logical partition specs ->
-NamedSharding -> jax.jit(init, out_shardings=...), so parameters are born sharded even on a
-pod. `train_step(state, batch) -> (state, metrics)` accumulates gradients over micro-batches
-so the optimizer sees the configured token budget on any number of devices.
+NamedSharding -> jax.jit(init, out_shardings=...). `train_step` accumulates gradients over
+micro-batches so the optimizer sees the configured token budget on any number of devices.
+The loop that drives these steps is tx.loop.
 """
 
 from __future__ import annotations
@@ -18,14 +22,13 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 from flax import linen as nn
-from jax.sharding import Mesh, NamedSharding
-from jax.sharding import PartitionSpec as P
 
-from tx.data.tokenizer import PAD_ID
+from tx import sharding
+from tx.config import model_config
 from tx.losses import cross_entropy
-from tx.model import ModelConfig, Transformer
+from tx.model import Transformer
 from tx.optim import make_optimizer
-from tx.sharding import BATCH_AXES, logical_shardings
+from tx.tokens import PAD_ID
 
 MODEL_INPUTS = (
     "inputs",
@@ -48,16 +51,19 @@ class TrainState(flax.struct.PyTreeNode):
 
 @dataclasses.dataclass(frozen=True)
 class Trainer:
-    """The static parts of training: model, optimizer, mesh and shardings."""
+    """The static parts of training: model, optimizer, layout and the state's shardings."""
 
     model: Transformer
     optimizer: optax.GradientTransformation
     schedule: optax.Schedule
-    mesh: Mesh
-    rules: tuple
+    layout: sharding.Layout
     state_sharding: Any
     label_smoothing: float
     micro_batches: int
+
+    @property
+    def mesh(self):
+        return self.layout.mesh
 
 
 def _init_boxed(model: Transformer, optimizer, rng):
@@ -71,33 +77,46 @@ def _init_boxed(model: Transformer, optimizer, rng):
     )
 
 
-def make_trainer(
+def build(
     cfg: ml_collections.ConfigDict,
-    model_cfg: ModelConfig,
-    mesh: Mesh,
-    rules: tuple,
+    devices=None,
     optimizer: optax.GradientTransformation | None = None,
 ) -> Trainer:
-    """The static parts of training. `optimizer` replaces the configured Adam: the tests that
-    compare meshes use SGD, whose update is linear in the gradient (see tests/equivalence.py)."""
-    model = Transformer(model_cfg)
-    adam, schedule = make_optimizer(cfg.optim, model_cfg.d_model)
+    """The run's pieces from `cfg`: the layout over `devices` (default: all), the model, Adam
+    on the paper's schedule, and the shardings of the train state.
+
+    `optimizer` replaces the configured Adam: the tests that compare meshes use SGD, whose
+    update is linear in the gradient (see tests/equivalence.py).
+    """
+    mc = model_config(cfg)
+    layout = sharding.layout(cfg.mesh, devices)
+    sharding.check_model_fits(layout.mesh, mc.num_heads, mc.d_ff, mc.vocab_size)
+    model = Transformer(mc)
+    adam, schedule = make_optimizer(cfg.optim, mc.d_model)
     optimizer = optimizer or adam
     abstract = jax.eval_shape(
         functools.partial(_init_boxed, model, optimizer), jax.random.PRNGKey(0)
     )
-    with mesh:
-        shardings = logical_shardings(abstract, mesh, rules)
     return Trainer(
         model,
         optimizer,
         schedule,
-        mesh,
-        rules,
-        shardings,
+        layout,
+        layout.tree(abstract),
         cfg.train.label_smoothing,
         cfg.train.micro_batches,
     )
+
+
+def _in_context(trainer: Trainer, fn):
+    """`fn` run under the mesh and the logical-axis rules (for the activations' constraints)."""
+
+    @functools.wraps(fn)
+    def wrapped(*args):
+        with trainer.mesh, nn.logical_axis_rules(trainer.layout.rules):
+            return fn(*args)
+
+    return wrapped
 
 
 def create_train_state(trainer: Trainer, seed: int) -> TrainState:
@@ -106,8 +125,8 @@ def create_train_state(trainer: Trainer, seed: int) -> TrainState:
     def init(rng):
         return nn.meta.unbox(_init_boxed(trainer.model, trainer.optimizer, rng))
 
-    with trainer.mesh, nn.logical_axis_rules(trainer.rules):
-        return jax.jit(init, out_shardings=trainer.state_sharding)(jax.random.PRNGKey(seed))
+    init = jax.jit(_in_context(trainer, init), out_shardings=trainer.state_sharding)
+    return init(jax.random.PRNGKey(seed))
 
 
 def abstract_train_state(trainer: Trainer) -> TrainState:
@@ -135,14 +154,14 @@ def _loss_sums(trainer: Trainer, params, batch, rng, deterministic: bool):
     return cross_entropy(logits, batch["targets"], weights, trainer.label_smoothing)
 
 
-def _split_micro(batch: dict, k: int, mesh: Mesh) -> dict:
+def _split_micro(batch: dict, k: int, layout: sharding.Layout) -> dict:
     """[R, L] -> [k, R/k, L], micro-batch m taking rows m, m+k, ... so that every device's
     contiguous block of rows feeds every micro-batch equally."""
 
     def split(x):
         rows = x.shape[0]
         x = x.reshape(rows // k, k, *x.shape[1:]).swapaxes(0, 1)
-        return jax.lax.with_sharding_constraint(x, NamedSharding(mesh, P(None, BATCH_AXES)))
+        return jax.lax.with_sharding_constraint(x, layout.micro_batches)
 
     return {key: split(v) for key, v in batch.items()}
 
@@ -157,7 +176,7 @@ def train_step(trainer: Trainer, state: TrainState, batch: dict):
     k = trainer.micro_batches
     total_weight = jnp.maximum(jnp.sum(batch["targets"] != PAD_ID), 1).astype(jnp.float32)
     step_rng = jax.random.fold_in(state.rng, state.step)
-    micro = _split_micro(batch, k, trainer.mesh)
+    micro = _split_micro(batch, k, trainer.layout)
 
     def accumulate(carry, xs):
         grads, sums = carry
@@ -202,25 +221,16 @@ def eval_step(trainer: Trainer, params, batch: dict) -> dict:
 
 def jit_train_step(trainer: Trainer):
     """train_step compiled with the state donated and its sharding fixed."""
-    batch_sharding = NamedSharding(trainer.mesh, P(BATCH_AXES, None))
-
-    def step(state, batch):
-        with trainer.mesh, nn.logical_axis_rules(trainer.rules):
-            return train_step(trainer, state, batch)
-
     return jax.jit(
-        step,
-        in_shardings=(trainer.state_sharding, batch_sharding),
+        _in_context(trainer, functools.partial(train_step, trainer)),
+        in_shardings=(trainer.state_sharding, trainer.layout.batch),
         out_shardings=(trainer.state_sharding, None),
         donate_argnums=(0,),
     )
 
 
 def jit_eval_step(trainer: Trainer):
-    batch_sharding = NamedSharding(trainer.mesh, P(BATCH_AXES, None))
-
-    def step(params, batch):
-        with trainer.mesh, nn.logical_axis_rules(trainer.rules):
-            return eval_step(trainer, params, batch)
-
-    return jax.jit(step, in_shardings=(trainer.state_sharding.params, batch_sharding))
+    return jax.jit(
+        _in_context(trainer, functools.partial(eval_step, trainer)),
+        in_shardings=(trainer.state_sharding.params, trainer.layout.batch),
+    )
