@@ -1,7 +1,7 @@
 """Evaluating a run: translate a split, write the hypotheses, score them (tx.metrics).
 
-    evaluate_split(cfg, workdir, "test") -> scores, hypotheses file, checkpoint used
-    dev_bleu_hook(cfg, workdir) -> callable(params) for BLEU during training
+evaluate_split(cfg, workdir, "test") -> scores, hypotheses file, checkpoint used
+dev_bleu_hook(cfg, workdir) -> callable(params) for BLEU during training
 """
 
 from __future__ import annotations

@@ -158,10 +158,20 @@ def dot_product_attention(
     return jnp.einsum("bhqk,bkhv->bqhv", weights.astype(value.dtype), value)
 
 
+# Cache entries of cross-attention: the same for every search row of a sentence (see
+# MultiHeadAttention._static_cache); tx.model.reorder_cache leaves them in place.
+SENTENCE_CONSTANT_CACHE = ("static_key", "static_value", "static_ready")
+
+
+def is_sentence_constant(name: str) -> bool:
+    """Whether the cache entry `name` is the same for every search row of a sentence."""
+    return name in SENTENCE_CONSTANT_CACHE
+
+
 class MultiHeadAttention(nn.Module):
     """Multi-head attention (section 3.2.2) with separate d_k and d_v, no biases.
 
-    In `decode` mode the keys and values of earlier positions are kept in the "cache"
+    In `incremental` mode the keys and values of earlier positions are kept in the "cache"
     collection, so step t attends over t cached entries instead of recomputing the whole prefix,
     and cross-attention projects the encoder output once, not at every step.
     """
@@ -192,13 +202,14 @@ class MultiHeadAttention(nn.Module):
         mask: Array | None,
         *,
         deterministic: bool,
-        decode: bool = False,
+        incremental: bool = False,
         static_kv: bool = False,
     ) -> Array:
         """inputs_q: [b, q, m]; inputs_kv: [b, k, m]; mask: bool [b, 1|h, q, k] -> [b, q, m].
 
-        `decode`: incremental decoding. With `static_kv` (cross-attention: `inputs_kv` is the
-        same encoder output at every step) keys and values are projected once and cached;
+        `incremental`: one new position per call (search). With `static_kv` (cross-attention:
+        `inputs_kv` is the same encoder output at every step) keys and values are projected
+        once and cached;
         otherwise (self-attention) this step's key and value are appended to the cache.
         """
         names = ("batch", "length", "heads", "kv")
@@ -213,11 +224,11 @@ class MultiHeadAttention(nn.Module):
             value = jnp.einsum("blm,mhd->blhd", inputs_kv, w_v)
             return constrain(key, names), constrain(value, names)
 
-        if decode and static_kv:
+        if incremental and static_kv:
             key, value = self._static_cache(project)
         else:
             key, value = project()
-            if decode:
+            if incremental:
                 key, value, mask = self._update_cache(key, value, mask)
         dropout_rng = None
         if not deterministic and self.dropout_rate > 0.0:
@@ -266,7 +277,7 @@ class MultiHeadAttention(nn.Module):
             return key, value, mask
         batch, max_len = cached_key.value.shape[:2]
         if key.shape[1] != 1:
-            raise ValueError(f"decode mode takes one position per call, got {key.shape[1]}")
+            raise ValueError(f"incremental mode takes one position per call, got {key.shape[1]}")
         i = cache_index.value
         cached_key.value = jax.lax.dynamic_update_slice(cached_key.value, key, (0, i, 0, 0))
         cached_value.value = jax.lax.dynamic_update_slice(cached_value.value, value, (0, i, 0, 0))

@@ -1,4 +1,5 @@
-"""BLEU the paper's way and sacreBLEU's way, and chrF.
+"""BLEU the paper's way and sacreBLEU's way, and chrF: pure functions of text (tx.evaluate
+translates and calls them).
 
 * `sacrebleu_scores`: detokenized hypotheses against raw references with sacreBLEU's own
   13a tokenization: the comparable standard today, reported with its signature.
@@ -107,72 +108,3 @@ def score_all(hypotheses: list[str], references: list[str], lang: str, bootstrap
     if bootstrap:
         out["bleu_95ci"] = bootstrap_interval(hypotheses, references, bootstrap)
     return out
-
-
-def evaluate_split(
-    cfg, workdir: str, split: str, loaded=None, bootstrap: int = 0, output: str | None = None
-) -> dict:
-    """Translates every sentence of `split` and scores it; hypotheses go to a file.
-
-    Returns score_all's dict plus `hypotheses_file` and `checkpoint`.
-    """
-    import os
-
-    from tx.data.dataset import split_text
-    from tx.translate import load_model, translate
-
-    loaded = loaded or load_model(cfg, workdir)
-    pairs = split_text(cfg.data, split)
-    sources = [s for s, _ in pairs]
-    references = [r for _, r in pairs]
-    hypotheses = translate(loaded, sources, cfg)
-    path = output or os.path.join(workdir, f"{split}.hyp.{cfg.data.tgt_lang}")
-    tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.writelines(h + "\n" for h in hypotheses)
-    os.replace(tmp, path)
-    result = score_all(hypotheses, references, cfg.data.tgt_lang, bootstrap)
-    result.update(hypotheses_file=path, checkpoint=loaded.source, split=split)
-    return result
-
-
-def copy_baseline(cfg, split: str) -> dict:
-    """Scores of "translating" by copying the source: what a model must beat by far."""
-    from tx.data.dataset import split_text
-
-    pairs = split_text(cfg.data, split)
-    return score_all([s for s, _ in pairs], [r for _, r in pairs], cfg.data.tgt_lang)
-
-
-def dev_bleu_hook(cfg, workdir: str):
-    """A callable(params) -> {"bleu", "tok_bleu"} on the whole dev split, for training.
-
-    The model, vocabulary and dev sentences are prepared once; each call decodes with the
-    current parameters (beam search as configured).
-    """
-    import os
-
-    from tx import sharding
-    from tx.config import model_config
-    from tx.data.dataset import split_text
-    from tx.data.tokenizer import MODEL_FILENAME, Tokenizer
-    from tx.model import Transformer
-    from tx.translate import LoadedModel, translate
-
-    pairs = split_text(cfg.data, "dev")
-    sources, references = [s for s, _ in pairs], [r for _, r in pairs]
-    mesh = sharding.make_mesh(cfg.mesh)
-    model = Transformer(model_config(cfg))
-    state = {}
-
-    def hook(params) -> dict:
-        if "tokenizer" not in state:  # the vocabulary exists once training has started
-            state["tokenizer"] = Tokenizer(os.path.join(workdir, MODEL_FILENAME))
-        loaded = LoadedModel(model, params, state["tokenizer"], "training", mesh)
-        hyps = translate(loaded, sources, cfg)
-        return {
-            "bleu": sacrebleu_scores(hyps, references)["bleu"],
-            "tok_bleu": tokenized_bleu(hyps, references, cfg.data.tgt_lang),
-        }
-
-    return hook

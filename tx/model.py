@@ -1,6 +1,6 @@
 """The encoder-decoder Transformer of "Attention Is All You Need" (section 3).
 
-`ModelConfig` is the frozen architecture; the mode (`deterministic`, `decode`) is a call
+`ModelConfig` is the frozen architecture; the mode (`deterministic`, `incremental`) is a call
 argument. Token ids: 0 is padding (masked everywhere), `bos_id` starts the decoder input.
 
 Packed rows are supported: optional `*_segments` (int [b, l], 0 = padding, 1.. = pair
@@ -18,7 +18,6 @@ import jax
 import jax.numpy as jnp
 from flax import linen as nn
 
-from tx.data.tokenizer import BOS_ID, PAD_ID
 from tx.layers import (
     Embed,
     FeedForward,
@@ -26,7 +25,9 @@ from tx.layers import (
     MultiHeadAttention,
     PositionEmbedding,
     constrain,
+    is_sentence_constant,
 )
+from tx.tokens import BOS_ID, PAD_ID
 
 Array = jax.Array
 
@@ -207,20 +208,29 @@ class DecoderLayer(nn.Module):
     config: ModelConfig
 
     @nn.compact
-    def __call__(self, y, encoded, self_mask, cross_mask, *, deterministic: bool, decode: bool):
+    def __call__(
+        self, y, encoded, self_mask, cross_mask, *, deterministic: bool, incremental: bool
+    ):
         """y: [b, t, m]; encoded: [b, s, m]; masks [b, 1, t, t] / [b, 1, t, s] -> [b, t, m]."""
         c = self.config
         self_attn = _attention(c, "self_attention")
         y = _SubLayer(c, name="self_attention_block")(
             y,
-            lambda z: self_attn(z, z, self_mask, deterministic=deterministic, decode=decode),
+            lambda z: self_attn(
+                z, z, self_mask, deterministic=deterministic, incremental=incremental
+            ),
             deterministic=deterministic,
         )
         cross = _attention(c, "cross_attention")
         y = _SubLayer(c, name="cross_attention_block")(
             y,
             lambda z: cross(
-                z, encoded, cross_mask, deterministic=deterministic, decode=decode, static_kv=True
+                z,
+                encoded,
+                cross_mask,
+                deterministic=deterministic,
+                incremental=incremental,
+                static_kv=True,
             ),
             deterministic=deterministic,
         )
@@ -270,11 +280,11 @@ class Decoder(nn.Module):
         positions,
         *,
         deterministic: bool,
-        decode: bool,
+        incremental: bool,
     ) -> Array:
         """decoder_inputs: [b, t] (already shifted) -> logits [b, t, V] float32."""
         c = self.config
-        if decode:
+        if incremental:
             positions = self._step_positions(decoder_inputs)
         y = self.embed(decoder_inputs)
         y = PositionEmbedding(
@@ -284,7 +294,12 @@ class Decoder(nn.Module):
         y = constrain(y, ("batch", "length", "embed"))
         for i in range(c.num_decoder_layers):
             y = DecoderLayer(c, name=f"layer_{i}")(
-                y, encoded, self_mask, cross_mask, deterministic=deterministic, decode=decode
+                y,
+                encoded,
+                self_mask,
+                cross_mask,
+                deterministic=deterministic,
+                incremental=incremental,
             )
         if c.pre_ln:
             y = LayerNorm(c.layer_norm_epsilon, c.compute_dtype, c.weight_dtype, name="final_norm")(
@@ -341,20 +356,26 @@ class Transformer(nn.Module):
         targets_positions=None,
         *,
         deterministic: bool = True,
-        decode: bool = False,
+        incremental: bool = False,
     ) -> Array:
         """Decoder logits.
 
-        Training / scoring (`decode=False`): targets [b, t] are shifted right here and the
+        Training / scoring (`incremental=False`): targets [b, t] are shifted right here and the
         result is logits [b, t, V] predicting targets[:, i] at position i.
-        Incremental (`decode=True`): targets [b, 1] is the previous token (`bos_id` first);
+        Incremental (`incremental=True`): targets [b, 1] is the previous token (`bos_id` first);
         the "cache" collection must come from `init_cache` and be mutable.
         """
         src_segments = _segments_or_mask(inputs, inputs_segments)
-        if decode:
+        if incremental:
             cross_mask = (src_segments > 0)[:, None, None, :]  # [b, 1, 1, s]
             return self.decoder(
-                encoded, targets, None, cross_mask, None, deterministic=deterministic, decode=True
+                encoded,
+                targets,
+                None,
+                cross_mask,
+                None,
+                deterministic=deterministic,
+                incremental=True,
             )
         tgt_segments = _segments_or_mask(targets, targets_segments)
         if targets_positions is None:
@@ -375,7 +396,7 @@ class Transformer(nn.Module):
             cross_mask,
             positions,
             deterministic=deterministic,
-            decode=False,
+            incremental=False,
         )
 
     def __call__(
@@ -418,7 +439,7 @@ def init_cache(model: Transformer, params, encoded: Array, inputs: Array, max_le
             encoded,
             inputs,
             targets,
-            decode=True,
+            incremental=True,
             method=Transformer.decode,
             mutable=["cache"],
         )[1]["cache"]
@@ -428,28 +449,43 @@ def init_cache(model: Transformer, params, encoded: Array, inputs: Array, max_le
     return jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
 
 
-def beam_decoder(model: Transformer, params, inputs: Array, beam_size: int, max_len: int):
-    """What a search needs to decode `inputs` [b, s] with `beam_size` hypotheses each.
+def incremental_decoder(model: Transformer, params, inputs: Array, width: int, max_len: int):
+    """What a search needs to decode `inputs` [b, s] with `width` rows per sentence.
 
-    Returns (tokens_to_logits, cache): the cache holds the encoder output's cross-attention
-    state for b*k rows and room for `max_len` output positions; tokens_to_logits maps the
-    previous tokens [b*k, 1] and the cache to (logits [b*k, V], new cache).
+    Returns (tokens_to_logits, cache, reorder_cache), the fields of tx.search.Decoder:
+    the cache holds the cross-attention state for b*width rows (sentence-major) and room for
+    `max_len` output positions; tokens_to_logits maps the previous tokens [b*width, 1] and
+    the cache to (logits [b*width, V] float32, new cache); reorder_cache is `reorder_cache`.
     """
     encoded = model.apply({"params": params}, inputs, method=Transformer.encode)
-    encoded = jnp.repeat(encoded, beam_size, axis=0)  # [b*k, s, m]
-    inputs_k = jnp.repeat(inputs, beam_size, axis=0)  # [b*k, s]
-    cache = init_cache(model, params, encoded, inputs_k, max_len)
+    encoded = jnp.repeat(encoded, width, axis=0)  # [b*width, s, m]
+    inputs_w = jnp.repeat(inputs, width, axis=0)  # [b*width, s]
+    cache = init_cache(model, params, encoded, inputs_w, max_len)
 
     def tokens_to_logits(ids: Array, cache):
         logits, variables = model.apply(
             {"params": params, "cache": cache},
             encoded,
-            inputs_k,
+            inputs_w,
             ids,
-            decode=True,
+            incremental=True,
             method=Transformer.decode,
             mutable=["cache"],
         )
         return logits[:, 0], variables["cache"]
 
-    return tokens_to_logits, cache
+    return tokens_to_logits, cache, reorder_cache
+
+
+def reorder_cache(cache, rows: Array):
+    """The cache of rows `rows` [n] int, for rows chosen within each sentence's block (as
+    beam search chooses them): self-attention keys/values follow their rows; the
+    cross-attention keys/values are the same for every row of a sentence and stay (moving them
+    would copy [n, s, h, d] per layer and step for nothing); step counters are shared."""
+
+    def gather(path, x):
+        if x.ndim == 0 or is_sentence_constant(path[-1].key):
+            return x
+        return x[rows]
+
+    return jax.tree_util.tree_map_with_path(gather, cache)

@@ -1,28 +1,53 @@
-"""Beam search and greedy decoding: pure functions over a tokens -> logits callable.
+"""Search strategies (beam, greedy, sampling): pure functions over a model's `Decoder`.
 
-    tokens_to_logits(ids [b*k, 1] int32, cache) -> (logits [b*k, V] float32, new cache)
+    decoder.tokens_to_logits(ids [n, 1] int32, cache) -> (logits [n, V] float32, new cache)
+    decoder.reorder_cache(cache, rows [n] int32) -> the cache of those rows (beam selection)
+
+The search knows nothing of the model or of how its cache is laid out: the model side says
+how its cache follows a beam (as fairseq's `reorder_incremental_state`); `gather_rows`, the
+default, gathers every leaf with a row dimension.
 
 Section 6.1: beam size 4, length penalty alpha = 0.6 in the GNMT form
 lp(Y) = ((5 + |Y|) / 6)^alpha, maximum output length = input length + 50 per sentence.
-Scores are log-probabilities divided by lp, where |Y| counts the EOS token.
+Beam scores are log-probabilities divided by lp, where |Y| counts the EOS token.
 The search stops once no live hypothesis can beat the k finished ones: a live hypothesis's
 log-probability can only fall, so its best possible score is logprob / lp(its maximum length).
 EOS is accepted only when it ranks among the top k candidates, so beam 1 with alpha = 0 is
 exactly greedy decoding. PAD and BOS are never generated.
+
+`Strategy` (from `cfg.decode`) picks one: every caller (translate, evaluate, benchmarks) goes
+through `Strategy.__call__`, so a new strategy is added here once.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import ml_collections
 
-from tx.data.tokenizer import BOS_ID, EOS_ID, PAD_ID
+from tx.tokens import BOS_ID, EOS_ID, PAD_ID
 
 NEG = -1.0e9  # "minus infinity" that stays finite under addition
+STRATEGIES = ("beam", "greedy", "sample")
+
+
+def gather_rows(cache: Any, rows: jax.Array) -> Any:
+    """Every leaf with a leading row dimension [n, ...] -> [len(rows), ...]; scalars (step
+    counters shared by all rows) are kept."""
+    return jax.tree_util.tree_map(lambda x: x if x.ndim == 0 else x[rows], cache)
+
+
+class Decoder(NamedTuple):
+    """What a search needs from a model (see the module docstring for the shapes)."""
+
+    tokens_to_logits: Callable[[jax.Array, Any], tuple[jax.Array, Any]]
+    cache: Any
+    reorder_cache: Callable[[Any, jax.Array], Any] = gather_rows
 
 
 def length_penalty(length, alpha: float):
@@ -30,31 +55,21 @@ def length_penalty(length, alpha: float):
     return ((5.0 + jnp.asarray(length, jnp.float32)) / 6.0) ** alpha
 
 
-def _log_probs(logits: jax.Array) -> jax.Array:
+def log_probs(logits: jax.Array) -> jax.Array:
     """log softmax over the tokens the decoder may emit (never PAD or BOS)."""
     logits = logits.astype(jnp.float32)
     logits = logits.at[..., PAD_ID].set(NEG).at[..., BOS_ID].set(NEG)
     return jax.nn.log_softmax(logits, axis=-1)
 
 
-def _gather_beams(tree, indices: jax.Array, batch: int, beam: int):
-    """Selects beams: every batched leaf [b*k, ...] -> [b*n, ...] by beam indices [b, n]."""
-
-    def gather(path, x):
-        # Counters are shared by all beams; cross-attention keys/values ("static_*") are the
-        # same for every beam of a sentence, so selecting beams would only copy them.
-        if x.ndim == 0 or str(getattr(path[-1], "key", "")).startswith("static_"):
-            return x
-        y = x.reshape(batch, beam, *x.shape[1:])
-        y = jnp.take_along_axis(y, indices.reshape(batch, -1, *([1] * (y.ndim - 2))), axis=1)
-        return y.reshape(batch * indices.shape[1], *x.shape[1:])
-
-    return jax.tree_util.tree_map_with_path(gather, tree)
+def _only_eos_at_max(lp: jax.Array, at_max: jax.Array) -> jax.Array:
+    """Where `at_max` (broadcast over the vocabulary), every token but EOS is excluded."""
+    eos_only = jnp.full((lp.shape[-1],), NEG).at[EOS_ID].set(0.0)
+    return jnp.where(at_max, jnp.maximum(lp, NEG) + eos_only, lp)
 
 
 def beam_search(
-    tokens_to_logits: Callable[[jax.Array, Any], tuple[jax.Array, Any]],
-    cache: Any,
+    decoder: Decoder,
     max_lengths: jax.Array,
     *,
     beam_size: int,
@@ -64,8 +79,7 @@ def beam_search(
     """Batched beam search.
 
     Args:
-      tokens_to_logits: see the module docstring; called on [b*k, 1] ids.
-      cache: decoder cache whose batched leaves have leading dimension b*k.
+      decoder: its cache holds b*k rows (k = beam_size rows per sentence, sentence-major).
       max_lengths: [b] int, the most output tokens (excluding EOS) per sentence; a padding
         row uses 0.
       beam_size: k.
@@ -83,7 +97,7 @@ def beam_search(
         "live_logprobs": jnp.tile(jnp.array([0.0] + [NEG] * (k - 1)), (batch, 1)),
         "fin_seqs": jnp.full((batch, k, T + 1), PAD_ID, jnp.int32),
         "fin_scores": jnp.full((batch, k), NEG),
-        "cache": cache,
+        "cache": decoder.cache,
     }
     max_lp = length_penalty(max_lengths + 1, alpha)  # [b]
 
@@ -94,23 +108,21 @@ def beam_search(
         live = s["live_logprobs"][:, 0] > NEG / 2
         return (s["i"] < T) & jnp.any(can_improve & live)
 
-    step = functools.partial(_beam_step, tokens_to_logits, max_lengths, k, alpha)
+    step = functools.partial(_beam_step, decoder, max_lengths, k, alpha)
     final = jax.lax.while_loop(not_done, step, init)
     return final["fin_seqs"][:, :, 1:], final["fin_scores"]
 
 
-def _beam_step(tokens_to_logits, max_lengths, k, alpha, s):
+def _beam_step(decoder: Decoder, max_lengths, k, alpha, s):
     batch = s["live_seqs"].shape[0]
     i = s["i"]
     ids = jax.lax.dynamic_slice_in_dim(s["live_seqs"], i, 1, axis=2).reshape(batch * k, 1)
-    logits, cache = tokens_to_logits(ids, s["cache"])
-    log_probs = _log_probs(logits).reshape(batch, k, -1)  # [b, k, V]
-    vocab = log_probs.shape[-1]
+    logits, cache = decoder.tokens_to_logits(ids, s["cache"])
+    lp = log_probs(logits).reshape(batch, k, -1)  # [b, k, V]
+    vocab = lp.shape[-1]
     # A sentence that has reached its maximum length may only end.
-    at_max = (i >= max_lengths)[:, None, None]
-    eos_only = jnp.full((vocab,), NEG).at[EOS_ID].set(0.0)
-    log_probs = jnp.where(at_max, jnp.maximum(log_probs, NEG) + eos_only, log_probs)
-    candidates = (s["live_logprobs"][:, :, None] + log_probs).reshape(batch, k * vocab)
+    lp = _only_eos_at_max(lp, (i >= max_lengths)[:, None, None])
+    candidates = (s["live_logprobs"][:, :, None] + lp).reshape(batch, k * vocab)
     top_lp, top_idx = jax.lax.top_k(candidates, 2 * k)  # [b, 2k]
     top_beam, top_tok = top_idx // vocab, top_idx % vocab
     top_seqs = jnp.take_along_axis(s["live_seqs"], top_beam[:, :, None], axis=1)
@@ -120,8 +132,9 @@ def _beam_step(tokens_to_logits, max_lengths, k, alpha, s):
     live_lp = jnp.where(is_eos, NEG, top_lp)
     live_lp, live_pos = jax.lax.top_k(live_lp, k)
     live_seqs = jnp.take_along_axis(top_seqs, live_pos[:, :, None], axis=1)
-    live_beam = jnp.take_along_axis(top_beam, live_pos, axis=1)
-    cache = _gather_beams(cache, live_beam, batch, k)
+    live_beam = jnp.take_along_axis(top_beam, live_pos, axis=1)  # [b, k] beam within sentence
+    rows = (jnp.arange(batch)[:, None] * k + live_beam).reshape(-1)  # [b*k] rows of the cache
+    cache = decoder.reorder_cache(cache, rows)
     # Finished: EOS candidates within the top k, merged with those found earlier.
     rank_ok = jnp.arange(2 * k)[None, :] < k
     fin_new = jnp.where(
@@ -141,22 +154,50 @@ def _beam_step(tokens_to_logits, max_lengths, k, alpha, s):
     }
 
 
-def greedy_search(tokens_to_logits, cache, max_lengths: jax.Array, *, max_steps: int):
+def greedy_search(decoder: Decoder, max_lengths: jax.Array, *, max_steps: int):
     """Argmax at every step until EOS (or the sentence's maximum length).
 
     Returns sequences [b, max_steps] int32 (EOS-terminated, PAD after) and their summed
     log-probabilities [b].
     """
+    return _one_path(decoder, max_lengths, max_steps, lambda lp, i: jnp.argmax(lp, -1))
+
+
+def sample_search(
+    decoder: Decoder,
+    max_lengths: jax.Array,
+    rng: jax.Array,
+    *,
+    max_steps: int,
+    temperature: float = 1.0,
+    top_k: int = 0,
+):
+    """Ancestral sampling from softmax(logits / temperature), restricted to the `top_k` most
+    likely tokens when top_k > 0 (0: the whole vocabulary).
+
+    Returns sequences [b, max_steps] int32 (EOS-terminated, PAD after) and their summed
+    log-probabilities [b] under the model (temperature 1, no top-k).
+    """
+
+    def choose(lp, i):
+        scaled = lp / temperature
+        if top_k:
+            kth = jax.lax.top_k(scaled, top_k)[0][:, -1:]  # [b, 1]
+            scaled = jnp.where(scaled >= kth, scaled, NEG)
+        return jax.random.categorical(jax.random.fold_in(rng, i), scaled, axis=-1)
+
+    return _one_path(decoder, max_lengths, max_steps, choose)
+
+
+def _one_path(decoder: Decoder, max_lengths, max_steps: int, choose):
+    """One hypothesis per sentence, token by token: `choose(log_probs [b, V], step) -> [b]`."""
     batch = max_lengths.shape[0]
 
     def body(i, s):
         ids = jnp.where(i == 0, BOS_ID, s["seqs"][:, jnp.maximum(i - 1, 0)])[:, None]
-        logits, cache = tokens_to_logits(ids, s["cache"])
-        lp = _log_probs(logits)
-        lp = jnp.where(
-            (i >= max_lengths)[:, None], jnp.full_like(lp, NEG).at[:, EOS_ID].set(0.0), lp
-        )
-        tok = jnp.argmax(lp, -1).astype(jnp.int32)
+        logits, cache = decoder.tokens_to_logits(ids, s["cache"])
+        lp = _only_eos_at_max(log_probs(logits), (i >= max_lengths)[:, None])
+        tok = choose(lp, i).astype(jnp.int32)
         tok = jnp.where(s["done"], PAD_ID, tok)
         score = s["score"] + jnp.where(
             s["done"], 0.0, jnp.take_along_axis(lp, tok[:, None], 1)[:, 0]
@@ -170,9 +211,65 @@ def greedy_search(tokens_to_logits, cache, max_lengths: jax.Array, *, max_steps:
 
     init = {
         "seqs": jnp.full((batch, max_steps), PAD_ID, jnp.int32),
-        "cache": cache,
+        "cache": decoder.cache,
         "score": jnp.zeros((batch,), jnp.float32),
         "done": jnp.zeros((batch,), bool),
     }
     out = jax.lax.fori_loop(0, max_steps, body, init)
     return out["seqs"], out["score"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Strategy:
+    """The search `cfg.decode` asks for; hashable, so jit can take it as a static argument."""
+
+    name: str = "beam"  # one of STRATEGIES
+    beam_size: int = 4
+    alpha: float = 0.6
+    temperature: float = 1.0
+    top_k: int = 0
+
+    @classmethod
+    def from_config(cls, decode: ml_collections.ConfigDict) -> Strategy:
+        return cls(
+            decode.strategy,
+            int(decode.beam_size),
+            float(decode.alpha),
+            float(decode.temperature),
+            int(decode.top_k),
+        )
+
+    @property
+    def width(self) -> int:
+        """Rows of the decoder cache per sentence, and hypotheses returned per sentence."""
+        return self.beam_size if self.name == "beam" else 1
+
+    def __call__(
+        self, decoder: Decoder, max_lengths: jax.Array, max_steps: int, rng: jax.Array
+    ) -> tuple[jax.Array, jax.Array]:
+        """sequences [b, width, max_steps], scores [b, width] (best first for beam).
+
+        `rng` is used by sampling only.
+        """
+        if self.name == "beam":
+            return beam_search(
+                decoder,
+                max_lengths,
+                beam_size=self.beam_size,
+                alpha=self.alpha,
+                max_steps=max_steps,
+            )
+        if self.name == "greedy":
+            seqs, scores = greedy_search(decoder, max_lengths, max_steps=max_steps)
+        elif self.name == "sample":
+            seqs, scores = sample_search(
+                decoder,
+                max_lengths,
+                rng,
+                max_steps=max_steps,
+                temperature=self.temperature,
+                top_k=self.top_k,
+            )
+        else:
+            raise ValueError(f"decode.strategy must be one of {STRATEGIES}, got {self.name!r}")
+        return seqs[:, None], scores[:, None]

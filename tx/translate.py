@@ -1,7 +1,8 @@
-"""Translating text with a trained workdir: parameters, vocabulary, batching, beam search.
+"""Translating text with a trained workdir: parameters, vocabulary, batching, search.
 
 Sentences are encoded, sorted into length buckets (one compiled decoder per bucket), decoded
-with beam search and returned in input order. Empty lines give empty translations.
+with the configured search (tx.search: beam by default) and returned in input order. Empty
+lines give empty translations.
 """
 
 from __future__ import annotations
@@ -14,16 +15,16 @@ import os
 import jax
 import ml_collections
 import numpy as np
-from jax.sharding import Mesh, NamedSharding
-from jax.sharding import PartitionSpec as P
+from jax.experimental import multihost_utils
 
 from tx import checkpoint, sharding
+from tx import workdir as wd
 from tx.config import model_config
 from tx.data.pipeline import eval_batches
-from tx.data.tokenizer import EOS_ID, MODEL_FILENAME, PAD_ID, Tokenizer
-from tx.decode import beam_search
-from tx.model import Transformer, beam_decoder
-from tx.train import abstract_train_state, make_trainer
+from tx.data.tokenizer import Tokenizer
+from tx.model import Transformer, incremental_decoder
+from tx.search import Decoder, Strategy
+from tx.tokens import EOS_ID, PAD_ID
 
 
 class CheckpointNotFound(FileNotFoundError):
@@ -40,7 +41,7 @@ class LoadedModel:
     params: object
     tokenizer: Tokenizer
     source: str  # which checkpoint the parameters came from
-    mesh: Mesh
+    layout: sharding.Layout
 
 
 def load_model(
@@ -51,19 +52,19 @@ def load_model(
 ) -> LoadedModel:
     """Parameters of `workdir`: the newest averaged checkpoint if there is one (unless
     `averaged=False`), else the latest training checkpoint, or `checkpoint_step` if given.
+    Only parameters are read: no optimizer is built.
 
     An averaged model that training has moved past is refused (StaleAverage), not silently
     used or rewritten: translating must not write into a run that may still be training.
     """
-    tokenizer = Tokenizer(os.path.join(workdir, MODEL_FILENAME))
+    tokenizer = Tokenizer(wd.vocab_file(workdir))
     mc = model_config(cfg)
-    mesh = sharding.make_mesh(cfg.mesh)
-    trainer = make_trainer(cfg, mc, mesh, sharding.rules(cfg.mesh))
-    abstract = abstract_train_state(trainer)
+    layout = sharding.layout(cfg.mesh)
+    target = checkpoint.param_target(mc, layout)
     avg_steps = checkpoint.averaged_steps(workdir)
     if checkpoint_step is None and avg_steps and averaged is not False:
         _check_fresh(cfg, workdir, avg_steps[-1])
-        params, meta = checkpoint.restore_averaged(workdir, avg_steps[-1], abstract.params)
+        params, meta = checkpoint.restore_averaged(workdir, avg_steps[-1], target)
         source = f"averaged/{avg_steps[-1]} (steps {meta['averaged_steps']})"
     else:
         ckpt = checkpoint.Checkpointer(workdir, keep=None)
@@ -73,11 +74,11 @@ def load_model(
                 f"no checkpoint {'at step ' + str(step) if step is not None else ''} in "
                 f"{ckpt.directory} (available: {ckpt.all_steps()})"
             )
-        state, _ = ckpt.restore(step, abstract)
+        params = ckpt.restore_params(step, target)
         ckpt.close()
-        params, source = state.params, f"checkpoints/{step}"
+        source = f"checkpoints/{step}"
     logging.info("translating with %s", source)
-    return LoadedModel(Transformer(mc), params, tokenizer, source, mesh)
+    return LoadedModel(Transformer(mc), params, tokenizer, source, layout)
 
 
 def _check_fresh(cfg: ml_collections.ConfigDict, workdir: str, averaged_step: int) -> None:
@@ -88,22 +89,20 @@ def _check_fresh(cfg: ml_collections.ConfigDict, workdir: str, averaged_step: in
     ckpt.close()
     if steps and steps[-1] > averaged_step:
         raise StaleAverage(
-            f"{os.path.join(workdir, checkpoint.AVERAGED, str(averaged_step))} is stale: training "
+            f"{os.path.join(wd.averaged_dir(workdir), str(averaged_step))} is stale: training "
             f"has written checkpoints up to step {steps[-1]} since. Average again with "
             f"`python -m tx average --workdir {workdir}` (the last {cfg.decode.average_last}), "
             "or choose one training checkpoint with --checkpoint STEP"
         )
 
 
-@functools.partial(jax.jit, static_argnames=("model", "beam_size", "alpha", "max_steps"))
-def _decode_batch(
-    model: Transformer, params, inputs, max_lengths, *, beam_size: int, alpha: float, max_steps: int
+@functools.partial(jax.jit, static_argnames=("model", "strategy", "max_steps"))
+def _search_batch(
+    model: Transformer, params, inputs, max_lengths, rng, *, strategy: Strategy, max_steps: int
 ):
-    """inputs [b, s] -> (sequences [b, k, max_steps], scores [b, k])."""
-    tokens_to_logits, cache = beam_decoder(model, params, inputs, beam_size, max_steps)
-    return beam_search(
-        tokens_to_logits, cache, max_lengths, beam_size=beam_size, alpha=alpha, max_steps=max_steps
-    )
+    """inputs [b, s] -> (sequences [b, n, max_steps], scores [b, n]), n = strategy.width."""
+    decoder = Decoder(*incremental_decoder(model, params, inputs, strategy.width, max_steps))
+    return strategy(decoder, max_lengths, max_steps, rng)
 
 
 def translate_ids(
@@ -113,12 +112,20 @@ def translate_ids(
     bucket_lengths: tuple[int, ...],
     nbest: int = 1,
 ):
-    """Token ids (each ending in EOS) -> per sentence a list of (ids, score), best first."""
-    beam = decode_cfg.beam_size
+    """Token ids (each ending in EOS) -> per sentence a list of (ids, score), best first.
+
+    The search is `decode_cfg.strategy`; `nbest` <= its width (the beam size, or 1).
+    Sampling draws from `decode_cfg.seed` folded with the batch's number, so the same input
+    in the same order gives the same samples.
+    """
+    strategy = Strategy.from_config(decode_cfg)
+    if not 1 <= nbest <= strategy.width:
+        raise ValueError(f"nbest={nbest}: decode.strategy={strategy.name!r} keeps {strategy.width}")
     lengths = np.array([len(s) for s in sources], np.int64)
     results: list = [None] * len(sources)
-    shards = sharding.data_shards(loaded.mesh)
-    for length, idx in eval_batches(lengths, decode_cfg.batch_tokens, bucket_lengths, shards):
+    layout = loaded.layout
+    batches = eval_batches(lengths, decode_cfg.batch_tokens, bucket_lengths, layout.data_shards)
+    for number, (length, idx) in enumerate(batches):
         rows = len(idx)
         inputs = np.zeros((rows, length), np.int32)
         max_lengths = np.zeros(rows, np.int32)  # padding rows: decode nothing
@@ -127,16 +134,15 @@ def translate_ids(
                 inputs[r, : lengths[i]] = sources[i]
                 # input length + 50, counting the source's sub-words without its EOS
                 max_lengths[r] = lengths[i] - 1 + decode_cfg.max_extra_len
-        max_steps = length - 1 + decode_cfg.max_extra_len + 1
-        inputs_g, max_lengths_g = _to_global(loaded.mesh, inputs, max_lengths)
-        seqs, scores = _decode_batch(
+        mine = _process_rows(rows)
+        seqs, scores = _search_batch(
             loaded.model,
             loaded.params,
-            inputs_g,
-            max_lengths_g,
-            beam_size=beam,
-            alpha=float(decode_cfg.alpha),
-            max_steps=max_steps,
+            layout.global_batch({"inputs": inputs[mine]})["inputs"],
+            layout.global_rows(max_lengths[mine]),
+            jax.random.fold_in(jax.random.PRNGKey(decode_cfg.seed), number),
+            strategy=strategy,
+            max_steps=length - 1 + decode_cfg.max_extra_len + 1,
         )
         seqs, scores = _to_host(seqs), _to_host(scores)
         for r, i in enumerate(idx):
@@ -145,27 +151,16 @@ def translate_ids(
     return results
 
 
-def _to_global(mesh: Mesh, inputs: np.ndarray, max_lengths: np.ndarray):
-    """Every process computes the same batch and contributes its own rows (decoding is split
-    across processes and devices along the batch)."""
-    count, index = jax.process_count(), jax.process_index()
-    per = inputs.shape[0] // count
-    rows = slice(index * per, (index + 1) * per)
-    return (
-        jax.make_array_from_process_local_data(
-            NamedSharding(mesh, P(sharding.BATCH_AXES, None)), inputs[rows]
-        ),
-        jax.make_array_from_process_local_data(
-            NamedSharding(mesh, P(sharding.BATCH_AXES)), max_lengths[rows]
-        ),
-    )
+def _process_rows(rows: int) -> slice:
+    """This process's rows of a batch every process computes whole (decoding is split across
+    processes and devices along the batch)."""
+    per = rows // jax.process_count()
+    return slice(jax.process_index() * per, (jax.process_index() + 1) * per)
 
 
 def _to_host(x: jax.Array) -> np.ndarray:
     if jax.process_count() == 1:
         return np.asarray(x)
-    from jax.experimental import multihost_utils
-
     return np.asarray(multihost_utils.process_allgather(x, tiled=True))
 
 
