@@ -10,7 +10,19 @@ import pathlib
 
 import pytest
 
+from tx.config import load_config
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+class Tiny:
+    """configs/tiny.py: `tiny("train.num_steps=5", ...)` loads it with overrides; `tiny.path`
+    is the file (for command lines)."""
+
+    path = str(ROOT / "configs" / "tiny.py")
+
+    def __call__(self, *overrides: str):
+        return load_config(self.path, list(overrides))
 
 
 @pytest.fixture(scope="session")
@@ -19,5 +31,16 @@ def root():
 
 
 @pytest.fixture(scope="session")
-def tiny_config_path():
-    return str(ROOT / "configs" / "tiny.py")
+def tiny():
+    return Tiny()
+
+
+@pytest.fixture(scope="session")
+def trained(tmp_path_factory, tiny):
+    """A tiny workdir trained for 20 steps, a checkpoint every 5 (shared: tests that change
+    it only add averaged checkpoints or hypotheses files)."""
+    from tx.loop import train
+
+    path = str(tmp_path_factory.mktemp("trained"))
+    train(tiny("train.num_steps=20", "train.checkpoint_every_steps=5"), path)
+    return path

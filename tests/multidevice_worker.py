@@ -16,14 +16,13 @@ import equivalence  # noqa: E402  (tests/equivalence.py, beside this file)
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
-from tx import sharding  # noqa: E402
 from tx.checkpoint import Checkpointer  # noqa: E402
-from tx.config import load_config, model_config  # noqa: E402
-from tx.train import (  # noqa: E402
+from tx.config import load_config  # noqa: E402
+from tx.trainer import (  # noqa: E402
     abstract_train_state,
+    build,
     create_train_state,
     jit_train_step,
-    make_trainer,
 )
 
 # Tiny, but divisible by a tensor axis of 8 (heads, d_ff, vocabulary).
@@ -53,15 +52,13 @@ def batches(seed=0):
 
 
 def setup(mesh_shape=None, devices=None, seed=0, optimizer=None, micro_batches=1):
-    cfg = config(mesh_shape, micro_batches)
-    mesh = sharding.make_mesh(cfg.mesh, devices)
-    trainer = make_trainer(cfg, model_config(cfg), mesh, sharding.rules(cfg.mesh), optimizer)
+    trainer = build(config(mesh_shape, micro_batches), devices, optimizer)
     return trainer, create_train_state(trainer, seed=seed)
 
 
-def global_batches(mesh, seed=0, rows=slice(None)):
+def global_batches(layout, seed=0, rows=slice(None)):
     """This process's `rows` of every batch, as global arrays."""
-    return [sharding.global_batch({k: v[rows] for k, v in b.items()}, mesh) for b in batches(seed)]
+    return [layout.global_batch({k: v[rows] for k, v in b.items()}) for b in batches(seed)]
 
 
 def run_sgd(mesh_shape=None, devices=None, seed=0, rows=slice(None), micro_batches=1):
@@ -69,13 +66,13 @@ def run_sgd(mesh_shape=None, devices=None, seed=0, rows=slice(None), micro_batch
     optimizer = equivalence.sgd_keeping_gradients()
     trainer, state = setup(mesh_shape, devices, seed, optimizer, micro_batches)
     step = jit_train_step(trainer)
-    return equivalence.record(step, state, global_batches(trainer.mesh, seed, rows), flat)
+    return equivalence.record(step, state, global_batches(trainer.layout, seed, rows), flat)
 
 
 def run_adam(mesh_shape=None, devices=None):
     trainer, state = setup(mesh_shape, devices)
     step = jit_train_step(trainer)
-    for b in global_batches(trainer.mesh):
+    for b in global_batches(trainer.layout):
         state, _ = step(state, b)
     return trainer, state
 
@@ -118,13 +115,17 @@ def golden(out):
         str(ROOT / "configs" / "base.py"),
         ["mesh.shape.data=2", "mesh.shape.fsdp=2", "mesh.shape.tensor=2"],
     )
-    mesh = sharding.make_mesh(cfg.mesh)
-    trainer = make_trainer(cfg, model_config(cfg), mesh, sharding.rules(cfg.mesh))
+    trainer = build(cfg)
     specs = {
         jax.tree_util.keystr(p): str(s.spec)
         for p, s in jax.tree_util.tree_leaves_with_path(trainer.state_sharding.params)
     }
-    json.dump({"mesh": dict(mesh.shape), "params": specs}, open(out, "w"), indent=1, sort_keys=True)
+    json.dump(
+        {"mesh": dict(trainer.mesh.shape), "params": specs},
+        open(out, "w"),
+        indent=1,
+        sort_keys=True,
+    )
 
 
 def save(out, workdir, shape):
@@ -138,9 +139,8 @@ def save(out, workdir, shape):
 
 def restore(out, workdir, shape, optimizer="adam"):
     cfg = config(tuple(int(x) for x in shape.split(",")))
-    mesh = sharding.make_mesh(cfg.mesh)
     opt = equivalence.sgd_keeping_gradients() if optimizer == "sgd" else None
-    trainer = make_trainer(cfg, model_config(cfg), mesh, sharding.rules(cfg.mesh), opt)
+    trainer = build(cfg, optimizer=opt)
     state, position = Checkpointer(workdir).restore(STEPS, abstract_train_state(trainer))
     np.savez(out, **flat(state))
     json.dump(position, open(out + ".json", "w"))
@@ -182,12 +182,13 @@ def translate_ids_run(out, port=None, pid=None):
         jax.config.update("jax_cpu_collectives_implementation", "gloo")
         jax.distributed.initialize(f"localhost:{port}", 2, int(pid))
     trainer, state = setup((jax.process_count(), 1, 1))
-    loaded = LoadedModel(trainer.model, state.params, None, "init", trainer.mesh)
+    loaded = LoadedModel(trainer.model, state.params, None, "init", trainer.layout)
     rng = np.random.default_rng(1)
     ids = [np.append(rng.integers(4, 320, n), 1).astype(np.int32) for n in rng.integers(1, 20, 9)]
     decode = ml_collections.ConfigDict(
-        dict(beam_size=4, alpha=0.6, max_extra_len=5, batch_tokens=64)
+        dict(strategy="beam", beam_size=4, alpha=0.6, max_extra_len=5, batch_tokens=64)
     )
+    decode.update(temperature=1.0, top_k=0, seed=0)
     hyps = translate_ids(loaded, ids, decode, (8, 16, 32))
     if jax.process_index() == 0:
         json.dump([[h[0][0].tolist(), h[0][1]] for h in hyps], open(out, "w"))

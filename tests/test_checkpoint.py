@@ -8,7 +8,7 @@ import pytest
 
 from tx import checkpoint
 from tx.checkpoint import Checkpointer, average_last, averaging_steps
-from tx.train import TrainState
+from tx.trainer import TrainState
 from tx.translate import StaleAverage, _check_fresh
 
 
@@ -51,7 +51,7 @@ def test_average_uses_only_step_spaced_checkpoints(tmp_path):
     abstract = jax.tree_util.tree_map(
         lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding), _state(0)
     )
-    path, steps = average_last(str(tmp_path), 3, abstract, every=5)
+    path, steps = average_last(str(tmp_path), 3, abstract.params, every=5)
     assert steps == [5, 10, 15] and path.endswith("averaged/15")
     params, meta = checkpoint.restore_averaged(str(tmp_path), 15, abstract.params)
     np.testing.assert_array_equal(np.asarray(params["w"]), np.full(3, 10.0))  # (5+10+15)/3

@@ -8,18 +8,12 @@ import sys
 import pytest
 
 from tx.config import load_config
-from tx.loop import train
-from tx.translate import load_model, translate
+from tx.translate import load_model
 
 
 @pytest.fixture(scope="module")
-def workdir(tmp_path_factory, root):
-    path = str(tmp_path_factory.mktemp("cli"))
-    cfg = load_config(
-        str(root / "configs" / "tiny.py"), ["train.num_steps=20", "train.checkpoint_every_steps=5"]
-    )
-    train(cfg, path)
-    return path
+def workdir(trained):
+    return trained
 
 
 def run_tx(root, *args, stdin=None):
@@ -33,23 +27,6 @@ def run_tx(root, *args, stdin=None):
     )
     assert res.returncode == 0, res.stderr[-3000:]
     return res.stdout
-
-
-def test_translate_keeps_order_and_empty_lines(root, workdir):
-    cfg = load_config(os.path.join(workdir, "config.json"))
-    loaded = load_model(cfg, workdir)
-    lines = [
-        "The dog sees a cat.",
-        "",
-        "I know that the man buys two hundred red cars.",
-        "   ",
-        "We count three small birds.",
-    ]
-    together = translate(loaded, lines, cfg)
-    assert len(together) == len(lines) and together[1] == "" and together[3] == ""
-    for line, out in zip(lines, together, strict=True):
-        if line.strip():
-            assert translate(loaded, [line], cfg) == [out]  # batching does not reorder
 
 
 def test_translate_cli_reads_stdin_and_files(root, workdir, tmp_path):
@@ -112,3 +89,22 @@ def test_dev_bleu_hook_scores_current_parameters(workdir):
     full = evaluate_split(cfg, workdir, "dev", loaded, output=os.path.join(workdir, "dev.txt"))
     assert scores["bleu"] == pytest.approx(full["bleu"])
     assert scores["tok_bleu"] == pytest.approx(full["tok_bleu"])
+
+
+def test_a_directory_that_is_not_a_run_is_named(root, tmp_path):
+    res = subprocess.run(
+        [sys.executable, "-m", "tx", "evaluate", "--workdir", str(tmp_path)],
+        cwd=root,
+        capture_output=True,
+        text=True,
+    )
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert f"error: {tmp_path} is not a tx run (it has no config.json)" in res.stderr
+
+
+def test_translate_cli_takes_another_search_strategy(root, workdir):
+    text = "The dog sees a cat.\nWe count three small birds.\n"
+    out = run_tx(
+        root, "translate", "--workdir", workdir, "--config.decode.strategy=greedy", stdin=text
+    )
+    assert len(out.splitlines()) == 2

@@ -34,11 +34,23 @@ def test_overrides_apply_and_types_are_checked(root):
         ("optim.warmup_steps=0", "optim.warmup_steps"),
         ("data.source=ftp", "data.source"),
         ("mesh.shape.data=0", "mesh.shape.data"),
+        ("decode.strategy=nucleus", "decode.strategy"),
+        ("decode.temperature=0.0", "decode.temperature"),
+        ("decode.top_k=-1", "decode.top_k"),
     ],
 )
 def test_invalid_configs_name_the_key(root, override, key):
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
         load_config(base(root), [override])
+
+
+def test_config_knows_every_search_strategy():
+    import inspect
+
+    from tx import config
+    from tx.search import STRATEGIES
+
+    assert repr(STRATEGIES) in inspect.getsource(config._check_decode)
 
 
 def test_table3_rows_load(root):

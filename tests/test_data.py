@@ -17,15 +17,8 @@ from tx.data.pipeline import (
     plan_epoch,
 )
 from tx.data.token_cache import TokenizedSplit, tokenized
-from tx.data.tokenizer import (
-    BOS_ID,
-    EOS_ID,
-    PAD_ID,
-    UNK_ID,
-    Tokenizer,
-    VocabularyError,
-    train_tokenizer,
-)
+from tx.data.tokenizer import Tokenizer, VocabularyError, train_tokenizer
+from tx.tokens import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 
 # ---------------------------------------------------------------- demo corpus
@@ -262,7 +255,9 @@ def test_vocabularies_trained_before_load_with_their_own_rules(tmp_path):
     # train_tokenizer's settings before data.spm_normalization and data.spm_split_digits existed.
     sentences = [s for pair in TYPOGRAPHIC_PAIRS * 20 for s in pair]
     tok = Tokenizer(
-        train_tokenizer(sentences, str(tmp_path), 200, normalization="nmt_nfkc", split_digits=True)
+        train_tokenizer(
+            sentences, str(tmp_path / "spm.model"), 200, normalization="nmt_nfkc", split_digits=True
+        )
     )
     assert (tok.sp.pad_id(), tok.sp.eos_id(), tok.sp.unk_id(), tok.sp.bos_id()) == (
         PAD_ID,

@@ -1,4 +1,4 @@
-"""Training: the loop end to end, exact resume after SIGKILL, SIGTERM, accumulation, NaN guard."""
+"""The training loop: end to end, exact resume after SIGKILL, SIGTERM, NaN guard, refusals."""
 
 import os
 import shutil
@@ -7,43 +7,37 @@ import subprocess
 import sys
 import time
 
-import equivalence
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conftest import Tiny
 
-from tx import sharding
 from tx.checkpoint import Checkpointer
-from tx.config import ConfigError, load_config, model_config
+from tx.config import ConfigError
 from tx.loop import Diverged, train
-from tx.train import abstract_train_state, create_train_state, jit_train_step, make_trainer
-
-
-def tiny(root, *overrides):
-    return load_config(str(root / "configs" / "tiny.py"), list(overrides))
+from tx.trainer import abstract_train_state, build
 
 
 @pytest.fixture(scope="module")
-def vocab(tmp_path_factory, root):
+def vocab(tmp_path_factory, tiny):
     """One vocabulary for every run here, so runs are comparable bit for bit."""
     from tx.data import dataset
 
     workdir = str(tmp_path_factory.mktemp("vocab"))
-    dataset.vocabulary(tiny(root).data, workdir)
+    dataset.vocabulary(tiny().data, workdir)
     return os.path.join(workdir, "spm.model")
 
 
-def test_tiny_training_end_to_end(root, vocab, tmp_path):
+def test_tiny_training_end_to_end(vocab, tmp_path, tiny):
     cfg = tiny(
-        root,
         f"data.vocab_path={vocab}",
         "train.num_steps=30",
         "train.log_every_steps=5",
         "train.eval_every_steps=30",
     )
     first = train(
-        tiny(root, f"data.vocab_path={vocab}", "train.num_steps=5", "train.log_every_steps=5"),
+        tiny(f"data.vocab_path={vocab}", "train.num_steps=5", "train.log_every_steps=5"),
         str(tmp_path / "a"),
     )
     last = train(cfg, str(tmp_path / "b"))
@@ -54,61 +48,16 @@ def test_tiny_training_end_to_end(root, vocab, tmp_path):
     assert os.listdir(tmp_path / "b" / "tensorboard")
 
 
-def test_workdir_with_other_model_is_refused(root, vocab, tmp_path):
-    train(tiny(root, f"data.vocab_path={vocab}", "train.num_steps=2"), str(tmp_path))
+def test_workdir_with_other_model_is_refused(vocab, tmp_path, tiny):
+    train(tiny(f"data.vocab_path={vocab}", "train.num_steps=2"), str(tmp_path))
     with pytest.raises(ConfigError, match="model"):
-        train(tiny(root, f"data.vocab_path={vocab}", "model.d_model=64"), str(tmp_path))
+        train(tiny(f"data.vocab_path={vocab}", "model.d_model=64"), str(tmp_path))
 
 
-def _trainer(cfg, optimizer=None):
-    mesh = sharding.make_mesh(cfg.mesh)
-    return make_trainer(cfg, model_config(cfg), mesh, sharding.rules(cfg.mesh), optimizer)
+def test_nan_guard_stops_and_keeps_last_good_checkpoint(vocab, tmp_path, monkeypatch, tiny):
+    import tx.trainer as trainer_lib
 
-
-def _batch(rows=8, length=16, seed=0):
-    rng = np.random.default_rng(seed)
-    inputs = rng.integers(4, 300, (rows, length)).astype(np.int32)
-    targets = rng.integers(4, 300, (rows, length)).astype(np.int32)
-    inputs[:, -3:] = 0  # some padding, unevenly over micro-batches
-    targets[::3, -5:] = 0
-    return {"inputs": inputs, "targets": targets}
-
-
-def test_gradient_accumulation_equals_one_big_batch(root):
-    """1 vs 4 micro-batches: the same loss and gradient at every step (SGD; tolerances and
-    observed errors in tests/equivalence.py)."""
-    runs = []
-    for k in (1, 4):
-        cfg = tiny(root, f"train.micro_batches={k}", "model.dropout_rate=0.0")
-        trainer = _trainer(cfg, equivalence.sgd_keeping_gradients())
-        state = create_train_state(trainer, seed=0)
-        batches = [sharding.global_batch(_batch(seed=s), trainer.mesh) for s in range(3)]
-        _, record = equivalence.record(jit_train_step(trainer), state, batches, equivalence.flat)
-        runs.append(record)
-    assert runs[0]["weights"] == runs[1]["weights"]
-    errors = equivalence.compare_steps(*runs)
-    assert errors["loss"] <= equivalence.LOSS_RTOL, errors
-    assert errors["grad"] <= equivalence.GRAD_RTOL, errors
-    assert errors["params_per_step"] <= equivalence.PARAM_STEP_TOL, errors
-
-
-def test_train_step_rejects_non_finite_update(root):
-    trainer = _trainer(tiny(root))
-    state = create_train_state(trainer, seed=0)
-    bad = state.replace(params=jax.tree_util.tree_map(lambda x: x * jnp.nan, state.params))
-    before = jax.device_get(bad.params)
-    new, metrics = jit_train_step(trainer)(bad, sharding.global_batch(_batch(), trainer.mesh))
-    assert not bool(metrics["finite"])
-    for a, b in zip(
-        jax.tree_util.tree_leaves(before), jax.tree_util.tree_leaves(new.params), strict=True
-    ):
-        np.testing.assert_array_equal(a, np.asarray(b))  # NaN == NaN positions unchanged
-
-
-def test_nan_guard_stops_and_keeps_last_good_checkpoint(root, vocab, tmp_path, monkeypatch):
-    import tx.loop as loop
-
-    real = loop.jit_train_step
+    real = trainer_lib.jit_train_step
 
     def poisoned(trainer):
         step = real(trainer)
@@ -122,21 +71,19 @@ def test_nan_guard_stops_and_keeps_last_good_checkpoint(root, vocab, tmp_path, m
 
         return run
 
-    monkeypatch.setattr(loop, "jit_train_step", poisoned)
-    cfg = tiny(
-        root, f"data.vocab_path={vocab}", "train.num_steps=10", "train.checkpoint_every_steps=2"
-    )
+    monkeypatch.setattr(trainer_lib, "jit_train_step", poisoned)
+    cfg = tiny(f"data.vocab_path={vocab}", "train.num_steps=10", "train.checkpoint_every_steps=2")
     with pytest.raises(Diverged, match="step 5"):
         train(cfg, str(tmp_path))
     ckpt = Checkpointer(str(tmp_path))
     assert ckpt.latest_step() == 4
-    state, _ = ckpt.restore(4, abstract_train_state(_trainer(cfg)))
+    state, _ = ckpt.restore(4, abstract_train_state(build(cfg)))
     assert all(np.isfinite(np.asarray(x)).all() for x in jax.tree_util.tree_leaves(state))
 
 
 def _tx_train(root, workdir, *extra):
     """The command line of `python -m tx train` on the tiny config."""
-    config = str(root / "configs" / "tiny.py")
+    config = Tiny.path
     return [
         sys.executable,
         "-m",
@@ -164,7 +111,7 @@ def _train_cmd(root, workdir, vocab, steps, *extra):
 
 def _final_params(workdir, cfg, step):
     ckpt = Checkpointer(str(workdir))
-    state, position = ckpt.restore(step, abstract_train_state(_trainer(cfg)))
+    state, position = ckpt.restore(step, abstract_train_state(build(cfg)))
     return jax.device_get(state), position
 
 
@@ -178,7 +125,7 @@ def _wait_for_checkpoint(workdir, proc, at_least, timeout=120):
         time.sleep(0.2)
 
 
-def test_sigkill_and_resume_is_bitwise_identical(root, vocab, tmp_path):
+def test_sigkill_and_resume_is_bitwise_identical(root, vocab, tmp_path, tiny):
     steps = 40
     ref_dir, run_dir = tmp_path / "ref", tmp_path / "run"
     subprocess.run(
@@ -200,7 +147,7 @@ def test_sigkill_and_resume_is_bitwise_identical(root, vocab, tmp_path):
         _train_cmd(root, run_dir, vocab, steps), check=True, cwd=root, capture_output=True
     )
     assert killed_at[0] < killed_at[1] < steps, killed_at
-    cfg = tiny(root)
+    cfg = tiny()
     ref, ref_pos = _final_params(ref_dir, cfg, steps)
     got, got_pos = _final_params(run_dir, cfg, steps)
     assert ref_pos == got_pos
@@ -233,18 +180,18 @@ def test_sigterm_saves_a_checkpoint_and_exits_cleanly(root, vocab, tmp_path):
     shutil.rmtree(tmp_path)
 
 
-def test_workdir_refuses_another_vocabulary(root, vocab, tmp_path):
+def test_workdir_refuses_another_vocabulary(vocab, tmp_path, tiny):
     from tx.data.tokenizer import VocabularyError
 
-    train(tiny(root, f"data.vocab_path={vocab}", "train.num_steps=2"), str(tmp_path / "run"))
+    train(tiny(f"data.vocab_path={vocab}", "train.num_steps=2"), str(tmp_path / "run"))
     # Same size, other data: a different vocabulary that would silently scramble the ids.
-    other = tiny(root, "data.demo_seed=7")
+    other = tiny("data.demo_seed=7")
     from tx.data import dataset
 
     dataset.vocabulary(other.data, str(tmp_path / "other"))
     shutil.copy(tmp_path / "other" / "spm.model", tmp_path / "run" / "spm.model")
     with pytest.raises(VocabularyError, match="not the vocabulary"):
-        train(tiny(root, "train.num_steps=4"), str(tmp_path / "run"))
+        train(tiny("train.num_steps=4"), str(tmp_path / "run"))
 
 
 def test_cli_bad_input_is_one_clear_line(root, tmp_path):

@@ -4,12 +4,9 @@ checkpoint mean."""
 import math
 from collections import Counter
 
-import jax.numpy as jnp
-import numpy as np
 import pytest
 
-from tx.checkpoint import average_params
-from tx.evaluate import (
+from tx.metrics import (
     score_all,
     split_compounds,
     tok_bleu_recipe,
@@ -96,11 +93,3 @@ def test_score_all_reports_every_key():
     assert out["bleu_signature"].startswith("nrefs:1|case:mixed")
     lo, hi = out["bleu_95ci"]
     assert lo <= out["bleu"] <= hi + 1e-9
-
-
-def test_averaging_two_checkpoints_is_the_arithmetic_mean():
-    a = {"w": jnp.array([1.0, 2.0]), "b": {"x": jnp.array([[0.5]], jnp.bfloat16)}}
-    b = {"w": jnp.array([3.0, -2.0]), "b": {"x": jnp.array([[1.5]], jnp.bfloat16)}}
-    mean = average_params([a, b])
-    np.testing.assert_allclose(np.asarray(mean["w"]), [2.0, 0.0])
-    assert mean["b"]["x"].dtype == jnp.bfloat16 and float(mean["b"]["x"][0, 0]) == 1.0

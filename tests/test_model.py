@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from flax import linen as nn
 
-from tx.data.tokenizer import BOS_ID, EOS_ID
-from tx.model import ModelConfig, Transformer, beam_decoder, shift_right
+from tx.model import ModelConfig, Transformer, incremental_decoder, shift_right
+from tx.tokens import BOS_ID, EOS_ID
 
 SMALL = dict(vocab_size=40, d_model=16, num_heads=2, d_ff=32, num_layers=2, dropout_rate=0.0)
 
@@ -98,7 +98,7 @@ def test_cached_decoding_matches_full_forward(overrides):
     src = random_tokens(8, (2, 5)).at[1, 3:].set(0)  # second sentence padded
     tgt = random_tokens(9, (2, 6))
     full = model.apply({"params": params}, src, tgt)
-    tokens_to_logits, cache = beam_decoder(model, params, src, beam_size=1, max_len=6)
+    tokens_to_logits, cache, _ = incremental_decoder(model, params, src, width=1, max_len=6)
     prev = jnp.full((2, 1), BOS_ID, jnp.int32)
     for t in range(6):
         logits, cache = tokens_to_logits(prev, cache)

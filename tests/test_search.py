@@ -1,16 +1,27 @@
-"""Beam search against exhaustive search and greedy decoding; the KV cache; max length."""
+"""Search: beam against exhaustive search and greedy decoding; sampling against the model's
+distribution; the KV cache and its reordering; max length; strategy selection."""
 
 import itertools
 
 import jax
 import jax.numpy as jnp
+import ml_collections
 import numpy as np
 import pytest
 from flax import linen as nn
 
-from tx.data.tokenizer import BOS_ID, EOS_ID
-from tx.decode import _log_probs, beam_search, greedy_search, length_penalty
-from tx.model import ModelConfig, Transformer, beam_decoder
+from tx.model import ModelConfig, Transformer, incremental_decoder
+from tx.search import (
+    STRATEGIES,
+    Decoder,
+    Strategy,
+    beam_search,
+    greedy_search,
+    length_penalty,
+    log_probs,
+    sample_search,
+)
+from tx.tokens import BOS_ID, EOS_ID
 
 V = 6  # pad, eos, unk, bos + two word tokens: emittable = {eos, unk, 4, 5}
 EMITTABLE = [EOS_ID, 2, 4, 5]
@@ -28,15 +39,15 @@ def tiny_model(seed=0, vocab=V):
     return model, params
 
 
-def decode_fns(model, params, inputs, beam):
-    """(tokens_to_logits, cache for `steps`) -> as a pair of callables for the tests."""
-    return lambda steps: beam_decoder(model, params, inputs, beam, steps)
+def decode_fns(model, params, inputs, width):
+    """steps -> the model's Decoder for `inputs` with `width` rows per sentence."""
+    return lambda steps: Decoder(*incremental_decoder(model, params, inputs, width, steps))
 
 
 def full_score(model, params, inputs, seq, alpha):
     """Length-penalised log-probability of `seq` (ending in EOS) by one teacher-forced pass."""
     tgt = jnp.array([seq], jnp.int32)
-    lp = _log_probs(model.apply({"params": params}, inputs, tgt))[0]
+    lp = log_probs(model.apply({"params": params}, inputs, tgt))[0]
     total = float(sum(lp[t, tok] for t, tok in enumerate(seq)))
     return total / float(length_penalty(len(seq), alpha))
 
@@ -55,7 +66,7 @@ def test_wide_beam_equals_exhaustive_search(seed, alpha):
     beam = 64
     make = decode_fns(model, params, inputs, beam)
     seqs, got = beam_search(
-        *make(max_len + 1),
+        make(max_len + 1),
         jnp.array([max_len]),
         beam_size=beam,
         alpha=alpha,
@@ -79,8 +90,8 @@ def test_beam_one_without_length_penalty_is_greedy():
     inputs = jnp.array([[4, 7, 9, 5, EOS_ID], [6, 8, EOS_ID, 0, 0]], jnp.int32)
     max_lengths = jnp.array([4 + 5, 2 + 5])
     make = decode_fns(model, params, inputs, 1)
-    beam_seqs, _ = beam_search(*make(10), max_lengths, beam_size=1, alpha=0.0, max_steps=10)
-    greedy, _ = greedy_search(*make(10), max_lengths, max_steps=10)
+    beam_seqs, _ = beam_search(make(10), max_lengths, beam_size=1, alpha=0.0, max_steps=10)
+    greedy, _ = greedy_search(make(10), max_lengths, max_steps=10)
     np.testing.assert_array_equal(np.asarray(beam_seqs[:, 0]), np.asarray(greedy))
 
 
@@ -88,7 +99,7 @@ def test_cached_scores_equal_full_forward_scores():
     model, params = tiny_model(5, vocab=12)
     inputs = jnp.array([[4, 7, 9, EOS_ID]], jnp.int32)
     make = decode_fns(model, params, inputs, 4)
-    seqs, scores = beam_search(*make(8), jnp.array([7]), beam_size=4, alpha=0.6, max_steps=8)
+    seqs, scores = beam_search(make(8), jnp.array([7]), beam_size=4, alpha=0.6, max_steps=8)
     for j in range(4):
         seq = list(np.asarray(seqs[0, j]))
         seq = seq[: seq.index(EOS_ID) + 1]
@@ -109,7 +120,7 @@ def test_output_never_exceeds_input_plus_extra():
     max_lengths = jnp.array(src_lens + extra)
     make = decode_fns(model, params, inputs, 4)
     steps = 3 + extra + 1
-    seqs, _ = beam_search(*make(steps), max_lengths, beam_size=4, alpha=0.6, max_steps=steps)
+    seqs, _ = beam_search(make(steps), max_lengths, beam_size=4, alpha=0.6, max_steps=steps)
     for b in range(2):
         for j in range(4):
             seq = list(np.asarray(seqs[b, j]))
@@ -124,6 +135,100 @@ def test_length_penalty_formula():
 
 
 def test_never_generates_pad_or_bos():
-    lp = _log_probs(jnp.zeros((1, 6)))
+    lp = log_probs(jnp.zeros((1, 6)))
     assert float(lp[0, 0]) < -1e8 and float(lp[0, BOS_ID]) < -1e8
     assert float(jnp.exp(lp).sum()) == pytest.approx(1.0)
+
+
+def test_model_reorder_equals_gathering_every_row():
+    """The model's reorder_cache leaves cross-attention keys/values in place; the search's
+    default moves every row: the same hypotheses and scores either way."""
+    model, params = tiny_model(7, vocab=12)
+    inputs = jnp.array([[4, 7, 9, 5, EOS_ID], [6, 8, EOS_ID, 0, 0]], jnp.int32)
+    t2l, cache, reorder = incremental_decoder(model, params, inputs, 4, 9)
+    args = dict(beam_size=4, alpha=0.6, max_steps=9)
+    own = beam_search(Decoder(t2l, cache, reorder), jnp.array([8, 6]), **args)
+    every = beam_search(Decoder(t2l, cache), jnp.array([8, 6]), **args)
+    np.testing.assert_array_equal(np.asarray(own[0]), np.asarray(every[0]))
+    np.testing.assert_array_equal(np.asarray(own[1]), np.asarray(every[1]))  # same arithmetic
+
+
+def test_search_module_knows_no_cache_names():
+    import inspect
+
+    import tx.search
+
+    source = inspect.getsource(tx.search)
+    for name in ("static_", "cached_key", "cached_value", "cache_index", "decode_position"):
+        assert name not in source
+
+
+def test_sampling_with_top_1_is_greedy():
+    model, params = tiny_model(4, vocab=12)
+    inputs = jnp.array([[4, 7, 9, 5, EOS_ID], [6, 8, EOS_ID, 0, 0]], jnp.int32)
+    max_lengths = jnp.array([9, 7])
+    make = decode_fns(model, params, inputs, 1)
+    greedy, g_scores = greedy_search(make(10), max_lengths, max_steps=10)
+    sampled, s_scores = sample_search(
+        make(10), max_lengths, jax.random.PRNGKey(3), max_steps=10, temperature=2.0, top_k=1
+    )
+    np.testing.assert_array_equal(np.asarray(sampled), np.asarray(greedy))
+    np.testing.assert_array_equal(np.asarray(s_scores), np.asarray(g_scores))
+
+
+def first_token_probs(model, params, inputs):
+    """The model's distribution of the first output token for inputs[:1]."""
+    decoder = decode_fns(model, params, inputs[:1], 1)(1)
+    logits, _ = decoder.tokens_to_logits(jnp.full((1, 1), BOS_ID, jnp.int32), decoder.cache)
+    return np.exp(np.asarray(log_probs(logits)[0], np.float64))
+
+
+def test_samples_follow_the_model_distribution():
+    """First tokens of n samples: each frequency within 5 binomial standard deviations of the
+    model's probability (a fixed seed: deterministic, and the bound is the mathematics')."""
+    model, params = tiny_model(8, vocab=V)
+    n = 4000
+    inputs = jnp.tile(jnp.array([[4, 5, EOS_ID]], jnp.int32), (n, 1))
+    make = decode_fns(model, params, inputs, 1)
+    seqs, _ = sample_search(make(2), jnp.full((n,), 1), jax.random.PRNGKey(0), max_steps=2)
+    first = np.asarray(seqs[:, 0])
+    probs = first_token_probs(model, params, inputs)
+    for token in range(V):
+        p, f = probs[token], float((first == token).mean())
+        assert abs(f - p) <= 5 * np.sqrt(p * (1 - p) / n) + 1e-9, (token, f, p)
+
+
+def test_top_k_keeps_only_the_k_most_likely_first_tokens():
+    model, params = tiny_model(8, vocab=V)
+    n = 512
+    inputs = jnp.tile(jnp.array([[4, 5, EOS_ID]], jnp.int32), (n, 1))
+    make = decode_fns(model, params, inputs, 1)
+    seqs, _ = sample_search(
+        make(2), jnp.full((n,), 1), jax.random.PRNGKey(1), max_steps=2, temperature=5.0, top_k=2
+    )
+    top2 = set(np.argsort(first_token_probs(model, params, inputs))[-2:].tolist())
+    assert set(np.asarray(seqs[:, 0]).tolist()) == top2  # temperature 5: both appear
+
+
+def test_strategy_from_config_dispatches_and_keeps_its_width():
+    model, params = tiny_model(4, vocab=12)
+    inputs = jnp.array([[4, 7, 9, 5, EOS_ID]], jnp.int32)
+    max_lengths = jnp.array([9])
+    rng = jax.random.PRNGKey(0)
+    for name in STRATEGIES:
+        cfg = ml_collections.ConfigDict(
+            dict(strategy=name, beam_size=3, alpha=0.6, temperature=1.0, top_k=0)
+        )
+        strategy = Strategy.from_config(cfg)
+        assert strategy.width == (3 if name == "beam" else 1)
+        seqs, scores = strategy(
+            decode_fns(model, params, inputs, strategy.width)(10), max_lengths, 10, rng
+        )
+        assert seqs.shape == (1, strategy.width, 10) and scores.shape == (1, strategy.width)
+    greedy = Strategy("greedy")(decode_fns(model, params, inputs, 1)(10), max_lengths, 10, rng)
+    beam1 = Strategy("beam", beam_size=1, alpha=0.0)(
+        decode_fns(model, params, inputs, 1)(10), max_lengths, 10, rng
+    )
+    np.testing.assert_array_equal(np.asarray(greedy[0]), np.asarray(beam1[0]))
+    with pytest.raises(ValueError, match="decode.strategy"):
+        Strategy("nucleus")(decode_fns(model, params, inputs, 1)(10), max_lengths, 10, rng)

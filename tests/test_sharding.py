@@ -11,7 +11,6 @@ import equivalence
 import numpy as np
 import pytest
 
-from tx.config import load_config
 from tx.sharding import MeshError, check_model_fits, make_mesh, mesh_shape
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -47,9 +46,8 @@ def test_mesh_shape_fills_one_axis_and_rejects_bad_meshes():
         mesh_shape({"data": -1, "fsdp": -1, "tensor": 1}, 8)
 
 
-def test_heads_must_divide_tensor_axis():
-    cfg = load_config(str(ROOT / "configs" / "tiny.py"))
-    mesh = make_mesh(cfg.mesh)
+def test_heads_must_divide_tensor_axis(tiny):
+    mesh = make_mesh(tiny().mesh)
     check_model_fits(mesh, 4, 64, 300)  # tensor = 1 here: anything fits
 
     class FakeMesh:
@@ -79,6 +77,22 @@ def test_meshes_give_the_same_training_as_one_device(tmp_path):
         assert r["grad"] <= equivalence.GRAD_RTOL, (shape, r)
         assert r["params_per_step"] <= equivalence.PARAM_STEP_TOL, (shape, r)
     assert "tensor" in report["(1, 1, 8) x1"]["spec_example"]
+
+
+def test_layout_derives_batch_shardings_from_the_rules(tiny):
+    """Input batches, per-row values and micro-batches follow the `batch` rule: changing the
+    rule moves them with the activations (nothing hard-codes mesh axes)."""
+    from tx.sharding import layout
+
+    cfg = tiny()
+    lay = layout(cfg.mesh)
+    assert tuple(lay.batch.spec) == (("data", "fsdp"), None)
+    assert tuple(lay.rows.spec) == (("data", "fsdp"),)
+    assert tuple(lay.micro_batches.spec) == (None, ("data", "fsdp"), None)
+    assert lay.data_shards == 1
+    cfg.mesh.rules = tuple(("batch", "data") if r[0] == "batch" else r for r in cfg.mesh.rules)
+    moved = layout(cfg.mesh)
+    assert tuple(moved.batch.spec) == ("data", None) and tuple(moved.rows.spec) == ("data",)
 
 
 def test_golden_sharding_snapshot_of_base(tmp_path):

@@ -1,0 +1,71 @@
+"""Watching a run: the progress line, speed and MFU, peak FLOP/s by device, TensorBoard."""
+
+import io
+import math
+import os
+
+import pytest
+
+from tx import monitor
+from tx.monitor import Progress, Summaries, Throughput, peak_tflops
+
+
+class FakeDevice:
+    def __init__(self, kind, platform="gpu"):
+        self.device_kind, self.platform = kind, platform
+
+
+def test_peak_tflops_by_device_kind_or_configured():
+    assert peak_tflops(FakeDevice("NVIDIA H100 80GB HBM3")) == 989.0
+    assert peak_tflops(FakeDevice("TPU v4", "tpu")) == 275.0
+    assert peak_tflops(FakeDevice("TPU v5 lite", "tpu")) == 197.0
+    assert peak_tflops(FakeDevice("Some GPU")) == 0.0  # unknown: no MFU rather than a guess
+    assert peak_tflops(FakeDevice("NVIDIA H100"), configured=5.0) == 5.0
+    assert peak_tflops(FakeDevice("cpu", "cpu")) == monitor.cpu_peak_tflops() >= 0.0
+
+
+def test_throughput_is_tokens_and_flops_over_elapsed_time(monkeypatch):
+    clock = iter([100.0, 102.0])
+    monkeypatch.setattr(monitor.time, "perf_counter", lambda: next(clock))
+    throughput = Throughput(num_devices=2, peak=1.0)  # 2 x 1 TFLOP/s
+    report = throughput.report(steps=4, tokens=1000.0, flops=1e12)
+    assert report == {"tokens_per_sec": 500.0, "step_time": 0.5, "mfu": 0.25}
+
+
+def test_progress_line_shows_real_tokens_per_step_and_eta():
+    out = io.StringIO()
+    metrics = {
+        "loss": 2.5,
+        "learning_rate": 1e-3,
+        "src_tokens_per_step": 24_900.0,
+        "tgt_tokens_per_step": 25_300.0,
+        "tokens_per_sec": 12_000.0,
+        "mfu": 0.31,
+        "step_time": 0.4,
+    }
+    Progress(100, enabled=True, stream=out).update(10, metrics)
+    line = out.getvalue()
+    assert line == (
+        "step 10/100 | loss 2.500 | lr 1.00e-03 | 24.9k+25.3k tok/step | 12.0k tok/s"
+        " | MFU 31.0% | ETA 0m36s\n"
+    )
+    quiet = io.StringIO()
+    Progress(100, enabled=False, stream=quiet).update(10, metrics)
+    assert quiet.getvalue() == ""
+
+
+def test_durations():
+    assert monitor._fmt_duration(65) == "1m05s"
+    assert monitor._fmt_duration(3725) == "1h02m"
+    assert monitor._fmt_duration(math.nan) == "?"
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_summaries_write_only_where_enabled(tmp_path, enabled):
+    directory = str(tmp_path / "tb")
+    summaries = Summaries(directory, enabled)
+    summaries.scalars(3, {"train/loss": 1.5})
+    summaries.close()
+    assert os.path.isdir(directory) == enabled
+    if enabled:
+        assert any(name.startswith("events.out.tfevents") for name in os.listdir(directory))

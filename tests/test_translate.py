@@ -1,0 +1,67 @@
+"""Translating with a trained workdir: parameters only, input order, strategies, n-best."""
+
+import numpy as np
+import pytest
+
+from tx import workdir as wd
+from tx.config import load_config
+from tx.translate import load_model, translate, translate_ids
+
+LINES = [
+    "The dog sees a cat.",
+    "",
+    "I know that the man buys two hundred red cars.",
+    "   ",
+    "We count three small birds.",
+]
+
+
+@pytest.fixture(scope="module")
+def run(trained):
+    cfg = load_config(wd.config_file(trained))
+    return cfg, load_model(cfg, trained, averaged=False)
+
+
+def test_translate_keeps_order_and_empty_lines(run):
+    cfg, loaded = run
+    together = translate(loaded, LINES, cfg)
+    assert len(together) == len(LINES) and together[1] == "" and together[3] == ""
+    for line, out in zip(LINES, together, strict=True):
+        if line.strip():
+            assert translate(loaded, [line], cfg) == [out]  # batching does not reorder
+
+
+def test_loading_reads_parameters_without_an_optimizer(trained, monkeypatch):
+    import tx.optim
+
+    monkeypatch.setattr(tx.optim, "make_optimizer", lambda *a: pytest.fail("built Adam"))
+    cfg = load_config(wd.config_file(trained))
+    loaded = load_model(cfg, trained, checkpoint_step=20)
+    assert loaded.source == "checkpoints/20"
+    assert set(loaded.params) >= {"encoder", "decoder", "shared_embedding"}
+
+
+def _ids(loaded, lines):
+    return [np.asarray(loaded.tokenizer.encode(s), np.int32) for s in lines if s.strip()]
+
+
+def test_strategies_and_nbest(run):
+    cfg, loaded = run
+    ids = _ids(loaded, LINES)
+    buckets = tuple(cfg.data.bucket_lengths)
+    beam = translate_ids(loaded, ids, cfg.decode, buckets, nbest=4)
+    assert all(len(h) == 4 and h[0][1] >= h[1][1] >= h[3][1] for h in beam)  # best first
+    one = cfg.decode.copy_and_resolve_references()
+    one.update(beam_size=1, alpha=0.0)
+    greedy = cfg.decode.copy_and_resolve_references()
+    greedy.strategy = "greedy"
+    beam_one = translate_ids(loaded, ids, one, buckets)
+    for a, b in zip(beam_one, translate_ids(loaded, ids, greedy, buckets), strict=True):
+        np.testing.assert_array_equal(a[0][0], b[0][0])  # beam 1, alpha 0 = greedy
+    sample = cfg.decode.copy_and_resolve_references()
+    sample.update(strategy="sample", seed=3)
+    first = translate_ids(loaded, ids, sample, buckets)
+    again = translate_ids(loaded, ids, sample, buckets)
+    assert [h[0][0].tolist() for h in first] == [h[0][0].tolist() for h in again]
+    with pytest.raises(ValueError, match="nbest=2"):
+        translate_ids(loaded, ids, sample, buckets, nbest=2)
