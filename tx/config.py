@@ -22,6 +22,8 @@ from tx.model import ModelConfig
 from tx.sharding import AXES
 
 SECTIONS = ("model", "data", "optim", "train", "decode", "mesh")
+# tx.search.STRATEGIES (a test keeps them equal: config may not import downstream modules).
+SEARCH_STRATEGIES = ("beam", "greedy", "sample")
 
 
 class ConfigError(ValueError):
@@ -167,9 +169,10 @@ def validate(cfg: ml_collections.ConfigDict) -> None:
 
 
 def _check_decode(decode: ml_collections.ConfigDict) -> None:
-    strategies = ("beam", "greedy", "sample")  # tx.search.STRATEGIES
-    if decode.strategy not in strategies:
-        raise ConfigError(f"decode.strategy must be one of {strategies}, got {decode.strategy!r}")
+    if decode.strategy not in SEARCH_STRATEGIES:
+        raise ConfigError(
+            f"decode.strategy must be one of {SEARCH_STRATEGIES}, got {decode.strategy!r}"
+        )
     if not decode.temperature > 0:
         raise ConfigError(f"decode.temperature must be positive, got {decode.temperature}")
     if decode.top_k < 0:
