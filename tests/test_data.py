@@ -140,8 +140,8 @@ def test_tfds_direction_must_match_the_pair():
 
 # ---------------------------------------------------------------- vocabulary and cache
 @pytest.fixture(scope="module")
-def tiny_run(tmp_path_factory, root):
-    cfg = load_config(str(root / "configs" / "tiny.py"))
+def tiny_run(tmp_path_factory, tiny):
+    cfg = tiny()
     workdir = str(tmp_path_factory.mktemp("tiny"))
     tok = dataset.vocabulary(cfg.data, workdir)
     return cfg, workdir, tok
