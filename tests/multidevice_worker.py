@@ -32,8 +32,10 @@ STEPS = 3
 ROWS = 16
 
 
-def config(mesh_shape=None, micro_batches=1):
+def config(mesh_shape=None, micro_batches=1, fp64=False):
     overrides = [*OVERRIDES, f"train.micro_batches={micro_batches}"]
+    if fp64:
+        overrides += equivalence.FP64
     if mesh_shape:
         d, f, t = mesh_shape
         overrides += [f"mesh.shape.data={d}", f"mesh.shape.fsdp={f}", f"mesh.shape.tensor={t}"]
@@ -52,8 +54,8 @@ def batches(seed=0):
     return out
 
 
-def setup(mesh_shape=None, devices=None, seed=0, optimizer=None, micro_batches=1):
-    cfg = config(mesh_shape, micro_batches)
+def setup(mesh_shape=None, devices=None, seed=0, optimizer=None, micro_batches=1, fp64=False):
+    cfg = config(mesh_shape, micro_batches, fp64)
     mesh = sharding.make_mesh(cfg.mesh, devices)
     trainer = make_trainer(cfg, model_config(cfg), mesh, sharding.rules(cfg.mesh), optimizer)
     return trainer, create_train_state(trainer, seed=seed)
@@ -67,7 +69,7 @@ def global_batches(mesh, seed=0, rows=slice(None)):
 def run_sgd(mesh_shape=None, devices=None, seed=0, rows=slice(None), micro_batches=1):
     """STEPS of SGD, recording losses and gradients (see tests/equivalence.py)."""
     optimizer = equivalence.sgd_keeping_gradients()
-    trainer, state = setup(mesh_shape, devices, seed, optimizer, micro_batches)
+    trainer, state = setup(mesh_shape, devices, seed, optimizer, micro_batches, fp64=True)
     step = jit_train_step(trainer)
     return equivalence.record(step, state, global_batches(trainer.mesh, seed, rows), flat)
 
@@ -137,7 +139,7 @@ def save(out, workdir, shape):
 
 
 def restore(out, workdir, shape, optimizer="adam"):
-    cfg = config(tuple(int(x) for x in shape.split(",")))
+    cfg = config(tuple(int(x) for x in shape.split(",")), fp64=optimizer == "sgd")
     mesh = sharding.make_mesh(cfg.mesh)
     opt = equivalence.sgd_keeping_gradients() if optimizer == "sgd" else None
     trainer = make_trainer(cfg, model_config(cfg), mesh, sharding.rules(cfg.mesh), opt)
@@ -203,6 +205,8 @@ def single(out):
 if __name__ == "__main__":
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     mode, out, *args = sys.argv[1:]
+    if mode in ("equivalence", "multiprocess", "single") or args[-1:] == ["sgd"]:
+        jax.config.update("jax_enable_x64", True)  # the SGD comparisons run in float64
     {
         "equivalence": equivalence_run,
         "golden": golden,
