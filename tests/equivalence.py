@@ -33,17 +33,19 @@ LR = 0.05  # SGD step: large enough that later steps see other parameters, small
 # The loss is reported as a float32 sum (the metrics are float32 whatever the compute dtype):
 # two float64 losses within 1e-13 of each other round to float32 values at most one float32
 # ulp apart (2^-23 = 1.2e-7 relative), whichever side of a rounding boundary they fall.
-# Observed: TBD.
+# Observed: 1.04e-7 (micro-batches), 0 (meshes, processes).
 LOSS_RTOL = 2.4e-7
 # A gradient leaf is a chain of about 10 reductions (2 layers x attention, FFN, LayerNorm,
 # softmax) of width <= 320: normwise <= 10 x gamma_320 = 3.5e-13 times the conditioning of the
 # leaf (sum of |terms| / |sum|), which cancelling softmax and LayerNorm gradients make large
-# (float32 runs showed 20 u): 1e-10 leaves a factor 300 for it. Observed: TBD.
+# (float32 runs showed 20 u): 1e-10 leaves a factor 300 for it. Observed: 3.2e-15.
 GRAD_RTOL = 1e-10
 # Parameters after the steps, in units of the largest single update lr max|g| (~1e-3): the
-# gradient differences (<= GRAD_RTOL) plus the rounding of p - lr g, half an ulp of |p| < 1
-# (5.6e-17 / 1e-3). Observed: TBD.
+# gradient differences (<= GRAD_RTOL) plus the rounding of p - lr g, half an ulp of |p| <= 1
+# (1.1e-16) per step, over 3 steps: <= 3.3e-16 / 1e-3 = 3.3e-13. Observed: 6.0e-14.
 PARAM_STEP_TOL = 1e-10
+# Observed = the largest over seeds 0-4, 2 threads and 1 (taskset -c 0), meshes (8,1,1) (4,2,1)
+# (2,2,2) (1,1,8) and (4,2,1) with 2 micro-batches, two processes, 1 vs 4 micro-batches.
 
 
 def keep_gradient() -> optax.GradientTransformation:
