@@ -1,18 +1,23 @@
 """Comparing training runs that must agree up to float reordering: meshes, processes,
 micro-batches. Shared by test_train.py and multidevice_worker.py.
 
-What is compared, and why not the parameters after Adam steps: Adam's first update is
-lr * g / (|g| + eps), i.e. lr * sign(g) wherever |g| >> eps = 1e-9, so float reordering that
-flips the sign of a near-zero gradient entry moves that parameter by 2 lr, and no fixed
-tolerance on Adam-trained parameters is both safe and meaningful (issue: 3.6e-4 on an AMD CPU
-vs 1e-4 allowed). So the runs train with SGD, whose update is linear in the gradient, and an
-optimizer stage that keeps the gradient train_step computed in the optimizer state. Each step
-then compares the loss and every gradient leaf tightly, and parameters relative to the step.
+What is compared, and why. Not the parameters after Adam steps: Adam's first update is
+lr * g / (|g| + eps), i.e. lr * sign(g) wherever |g| >> eps = 1e-9, so reordering that flips
+the sign of a near-zero gradient entry moves that parameter by 2 lr (the issue that introduced
+this file: 3.6e-4 on an AMD CPU against 1e-4 allowed). So the runs train with SGD, whose update
+is linear in the gradient, with an optimizer stage that keeps the gradient train_step computed.
 
-Tolerances (float32, unit roundoff u = 2^-24 = 6.0e-8). Two runs that only reorder sums differ
-by at most gamma_n = n u relative to the sum of |terms| (Higham, Thm 4.2); observed errors are
-the largest over seeds 0-4, 1 and 2 threads, meshes (8,1,1) (4,2,1) (2,2,2) (1,1,8), two
-processes, and 1 vs 4 micro-batches (see the closing note of the issue that introduced them).
+And in float64 (FP64): the gradient of a ReLU network jumps where a pre-activation crosses
+zero, so two runs whose pre-activations differ by float32 rounding (~1e-7) disagree by a whole
+(token, unit) term of the gradient whenever one of the ~10^5 pre-activations lies that close to
+zero: measured in float32, 1 step in 120 (seed 4, mesh (1,1,8), step 2: 0.7% on
+encoder/layer_1/ffn/wi). In float64 the same event needs a pre-activation within ~1e-15 of
+zero (probability ~1e-10), so rounding alone is compared and the bounds below are tight: a
+real sharding bug (rows on the wrong device, a missing reduction) moves the loss or a gradient
+by far more than 1e-3.
+
+Bounds: float64 unit roundoff u = 2^-53 = 1.1e-16; a sum of n terms computed in another order
+differs by at most gamma_n = n u times the sum of |terms| (Higham, Thm 4.2).
 """
 
 from __future__ import annotations
@@ -22,19 +27,25 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+FP64 = ("model.dtype=float64", "model.param_dtype=float64")  # config overrides (with x64 on)
 LR = 0.05  # SGD step: large enough that later steps see other parameters, small enough to train
 
-# The loss is a sum of n = rows x length (<= 256) positive per-token terms, each itself the
-# result of reductions of width <= 320 (vocabulary): gamma_(256+320) = 3.5e-5. Observed: 1.2e-6.
-LOSS_RTOL = 3.5e-5
+# The loss is reported as a float32 sum (the metrics are float32 whatever the compute dtype):
+# two float64 losses within 1e-13 of each other round to float32 values at most one float32
+# ulp apart (2^-23 = 1.2e-7 relative), whichever side of a rounding boundary they fall.
+# Observed: 1.04e-7 (micro-batches), 0 (meshes, processes).
+LOSS_RTOL = 2.4e-7
 # A gradient leaf is a chain of about 10 reductions (2 layers x attention, FFN, LayerNorm,
-# softmax) of width <= 320 between loss and parameter; the normwise relative error of each is
-# <= gamma_320 = 1.9e-5, hence <= 2e-4 for the chain. Observed: 4e-6.
-GRAD_RTOL = 2e-4
-# Parameters after the steps, in units of the largest single update: first order, gradient
-# differences of GRAD_RTOL summed over 3 steps, plus the rounding of p - lr g (half an ulp of
-# |p| < 1, i.e. 3e-8 / (lr max|g|)). Observed: TBD.
-PARAM_STEP_TOL = 1e-3
+# softmax) of width <= 320: normwise <= 10 x gamma_320 = 3.5e-13 times the conditioning of the
+# leaf (sum of |terms| / |sum|), which cancelling softmax and LayerNorm gradients make large
+# (float32 runs showed 20 u): 1e-10 leaves a factor 300 for it. Observed: 3.2e-15.
+GRAD_RTOL = 1e-10
+# Parameters after the steps, in units of the largest single update lr max|g| (~1e-3): the
+# gradient differences (<= GRAD_RTOL) plus the rounding of p - lr g, half an ulp of |p| <= 1
+# (1.1e-16) per step, over 3 steps: <= 3.3e-16 / 1e-3 = 3.3e-13. Observed: 6.0e-14.
+PARAM_STEP_TOL = 1e-10
+# Observed = the largest over seeds 0-4, 2 threads and 1 (taskset -c 0), meshes (8,1,1) (4,2,1)
+# (2,2,2) (1,1,8) and (4,2,1) with 2 micro-batches, two processes, 1 vs 4 micro-batches.
 
 
 def keep_gradient() -> optax.GradientTransformation:

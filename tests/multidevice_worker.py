@@ -31,8 +31,10 @@ STEPS = 3
 ROWS = 16
 
 
-def config(mesh_shape=None, micro_batches=1):
+def config(mesh_shape=None, micro_batches=1, fp64=False):
     overrides = [*OVERRIDES, f"train.micro_batches={micro_batches}"]
+    if fp64:
+        overrides += equivalence.FP64
     if mesh_shape:
         d, f, t = mesh_shape
         overrides += [f"mesh.shape.data={d}", f"mesh.shape.fsdp={f}", f"mesh.shape.tensor={t}"]
@@ -51,8 +53,8 @@ def batches(seed=0):
     return out
 
 
-def setup(mesh_shape=None, devices=None, seed=0, optimizer=None, micro_batches=1):
-    trainer = build(config(mesh_shape, micro_batches), devices, optimizer)
+def setup(mesh_shape=None, devices=None, seed=0, optimizer=None, micro_batches=1, fp64=False):
+    trainer = build(config(mesh_shape, micro_batches, fp64), devices, optimizer)
     return trainer, create_train_state(trainer, seed=seed)
 
 
@@ -64,7 +66,7 @@ def global_batches(layout, seed=0, rows=slice(None)):
 def run_sgd(mesh_shape=None, devices=None, seed=0, rows=slice(None), micro_batches=1):
     """STEPS of SGD, recording losses and gradients (see tests/equivalence.py)."""
     optimizer = equivalence.sgd_keeping_gradients()
-    trainer, state = setup(mesh_shape, devices, seed, optimizer, micro_batches)
+    trainer, state = setup(mesh_shape, devices, seed, optimizer, micro_batches, fp64=True)
     step = jit_train_step(trainer)
     return equivalence.record(step, state, global_batches(trainer.layout, seed, rows), flat)
 
@@ -138,7 +140,7 @@ def save(out, workdir, shape):
 
 
 def restore(out, workdir, shape, optimizer="adam"):
-    cfg = config(tuple(int(x) for x in shape.split(",")))
+    cfg = config(tuple(int(x) for x in shape.split(",")), fp64=optimizer == "sgd")
     opt = equivalence.sgd_keeping_gradients() if optimizer == "sgd" else None
     trainer = build(cfg, optimizer=opt)
     state, position = Checkpointer(workdir).restore(STEPS, abstract_train_state(trainer))
@@ -204,6 +206,8 @@ def single(out):
 if __name__ == "__main__":
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     mode, out, *args = sys.argv[1:]
+    if mode in ("equivalence", "multiprocess", "single") or args[-1:] == ["sgd"]:
+        jax.config.update("jax_enable_x64", True)  # the SGD comparisons run in float64
     {
         "equivalence": equivalence_run,
         "golden": golden,

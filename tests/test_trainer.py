@@ -22,12 +22,13 @@ def test_gradient_accumulation_equals_one_big_batch(tiny):
     observed errors in tests/equivalence.py)."""
     runs = []
     for k in (1, 4):
-        cfg = tiny(f"train.micro_batches={k}", "model.dropout_rate=0.0")
-        trainer = build(cfg, optimizer=equivalence.sgd_keeping_gradients())
-        state = create_train_state(trainer, seed=0)
-        batches = [trainer.layout.global_batch(_batch(seed=s)) for s in range(3)]
-        _, record = equivalence.record(jit_train_step(trainer), state, batches, equivalence.flat)
-        runs.append(record)
+        cfg = tiny(f"train.micro_batches={k}", "model.dropout_rate=0.0", *equivalence.FP64)
+        with jax.enable_x64(True):
+            trainer = build(cfg, optimizer=equivalence.sgd_keeping_gradients())
+            state = create_train_state(trainer, seed=0)
+            batches = [trainer.layout.global_batch(_batch(seed=s)) for s in range(3)]
+            step = jit_train_step(trainer)
+            runs.append(equivalence.record(step, state, batches, equivalence.flat)[1])
     assert runs[0]["weights"] == runs[1]["weights"]
     errors = equivalence.compare_steps(*runs)
     assert errors["loss"] <= equivalence.LOSS_RTOL, errors

@@ -32,6 +32,11 @@ def _glorot_split(in_axes: tuple[int, ...], out_axes: tuple[int, ...]):
     )
 
 
+def at_least_float32(dtype) -> jnp.dtype:
+    """float32 for bf16/f16/f32 compute; float64 stays float64 (numerical tests with x64)."""
+    return jnp.promote_types(dtype, jnp.float32)
+
+
 def constrain(x: Array, names: tuple[str | None, ...]) -> Array:
     """Logical sharding constraint; a no-op outside a mesh/rules context."""
     return nn.with_logical_constraint(x, names)
@@ -87,7 +92,8 @@ class Embed(nn.Module):
         bfloat16 result would round every logit to 8 significant bits (up to 2^-9 relative).
         """
         embedding = jnp.asarray(self.embedding, self.dtype)
-        return jnp.einsum("blm,Vm->blV", x, embedding, preferred_element_type=jnp.float32)
+        out = at_least_float32(self.dtype)
+        return jnp.einsum("blm,Vm->blV", x, embedding, preferred_element_type=out)
 
 
 class PositionEmbedding(nn.Module):
@@ -124,8 +130,9 @@ def attention_logits(query: Array, key: Array) -> Array:
     Returns:
       float32 [b, h, q, k].
     """
-    logits = jnp.einsum("bqhd,bkhd->bhqk", query, key, preferred_element_type=jnp.float32)
-    return logits / np.sqrt(query.shape[-1]).astype(np.float32)
+    out = at_least_float32(query.dtype)
+    logits = jnp.einsum("bqhd,bkhd->bhqk", query, key, preferred_element_type=out)
+    return logits / np.sqrt(query.shape[-1]).astype(out)
 
 
 def dot_product_attention(
@@ -150,7 +157,7 @@ def dot_product_attention(
     if mask is not None:
         # The paper sets masked logits to -inf; the most negative finite float gives the same
         # softmax whenever a row has one valid key, and no NaN for an all-padding row.
-        logits = jnp.where(mask, logits, jnp.finfo(jnp.float32).min)
+        logits = jnp.where(mask, logits, jnp.finfo(logits.dtype).min)
     weights = jax.nn.softmax(logits, axis=-1)
     if dropout_rng is not None and dropout_rate > 0.0:
         keep = jax.random.bernoulli(dropout_rng, 1.0 - dropout_rate, weights.shape)
@@ -344,7 +351,7 @@ class LayerNorm(nn.Module):
             (d,),
             self.param_dtype,
         )
-        x32 = x.astype(jnp.float32)
+        x32 = x.astype(at_least_float32(x.dtype))
         mean = x32.mean(-1, keepdims=True)
         var = jnp.square(x32 - mean).mean(-1, keepdims=True)
         y = (x32 - mean) * jax.lax.rsqrt(var + self.epsilon)

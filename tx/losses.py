@@ -37,7 +37,8 @@ def cross_entropy(logits: Array, targets: Array, weights: Array, label_smoothing
       dict of scalar sums: loss, nll, correct (argmax == target), weight (number of tokens).
     """
     vocab_size = logits.shape[-1]
-    log_probs = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)  # [b, t, V]
+    # float32 at least (float64 stays: the equivalence tests run in float64).
+    log_probs = jax.nn.log_softmax(logits.astype(jnp.promote_types(logits.dtype, jnp.float32)), -1)
     true_lp = jnp.take_along_axis(log_probs, targets[..., None], axis=-1)[..., 0]  # [b, t]
     nll = -true_lp
     if label_smoothing > 0:

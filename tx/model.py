@@ -31,7 +31,13 @@ from tx.tokens import BOS_ID, PAD_ID
 
 Array = jax.Array
 
-_DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
+# float64 is for numerical tests on the CPU (with jax_enable_x64), not for training.
+_DTYPES = {
+    "float32": jnp.float32,
+    "bfloat16": jnp.bfloat16,
+    "float16": jnp.float16,
+    "float64": jnp.float64,
+}
 
 
 @dataclasses.dataclass(frozen=True)

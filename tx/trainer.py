@@ -188,6 +188,7 @@ def train_step(trainer: Trainer, state: TrainState, batch: dict):
 
         g, s = jax.grad(loss_fn, has_aux=True)(state.params)
         add = functools.partial(jax.tree_util.tree_map, jnp.add)
+        s = {key: v.astype(jnp.float32) for key, v in s.items()}  # metrics: float32 always
         return (add(grads, g), add(sums, s)), None
 
     zeros = jax.tree_util.tree_map(jnp.zeros_like, state.params)
