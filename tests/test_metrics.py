@@ -44,8 +44,11 @@ def test_token_bleu_by_hand():
     expected = hand_bleu(hyp, ref)
     # 1-grams 8/9, 2-grams 6/8, 3-grams 4/7, 4-grams 2/6, brevity exp(1 - 10/9)
     by_hand = 100 * math.exp(1 - 10 / 9) * (8 / 9 * 6 / 8 * 4 / 7 * 2 / 6) ** 0.25
-    assert expected == pytest.approx(by_hand)
-    assert token_bleu([hyp], [ref]).score == pytest.approx(by_hand, abs=1e-6)
+    # BLEU in float64 three ways: ~10 roundings, logs and exps to 1 ulp, log-precision sums of
+    # magnitude <= 18 inside exp: <= 1e-14 relative, 1e-12 absolute on scores <= 100.
+    # Observed: 0 and 7.1e-15.
+    assert expected == pytest.approx(by_hand, rel=1e-13)
+    assert token_bleu([hyp], [ref]).score == pytest.approx(by_hand, abs=1e-12)
 
 
 def test_paper_bleu_tokenizes_and_splits_compounds():
@@ -54,7 +57,8 @@ def test_paper_bleu_tokenizes_and_splits_compounds():
     head = "Das Max ##AT##-##AT## Planck ##AT##-##AT## Institut liegt in Baden ##AT##-##AT## Baden"
     hyp_tok = head + " , sagte er ."
     ref_tok = head + " , sagt er ."
-    assert tokenized_bleu(hyp, ref, "de") == pytest.approx(hand_bleu(hyp_tok, ref_tok), abs=1e-6)
+    # float64, as in test_token_bleu_by_hand: bound 1e-12; observed 2.8e-14
+    assert tokenized_bleu(hyp, ref, "de") == pytest.approx(hand_bleu(hyp_tok, ref_tok), abs=1e-12)
 
 
 def test_compounds_are_split_for_german_targets_only():
@@ -66,8 +70,9 @@ def test_compounds_are_split_for_german_targets_only():
     # Any other target: Moses tokens and multi-bleu only; the hyphenated words simply differ.
     fr = hand_bleu("Le porte-parole" + tail, "Le porte-avions" + tail)
     assert abs(de - fr) > 1  # 70.2 vs 75.1
-    assert tokenized_bleu(hyp, ref, "de") == pytest.approx(de, abs=1e-6)
-    assert tokenized_bleu(hyp, ref, "fr") == pytest.approx(fr, abs=1e-6)
+    # float64, as in test_token_bleu_by_hand: bound 1e-12; observed 1.4e-14 for both
+    assert tokenized_bleu(hyp, ref, "de") == pytest.approx(de, abs=1e-12)
+    assert tokenized_bleu(hyp, ref, "fr") == pytest.approx(fr, abs=1e-12)
 
 
 def test_tok_bleu_recipe_names_the_split_only_for_german():
@@ -88,8 +93,13 @@ def test_tok_bleu_recipe_names_the_split_only_for_german():
 def test_score_all_reports_every_key():
     refs = ["Der Hund sieht die Katze.", "Ich weiß, dass er kommt."]
     out = score_all(refs, refs, "de", bootstrap=50)
-    assert out["bleu"] == pytest.approx(100.0) and out["tok_bleu"] == pytest.approx(100.0)
-    assert out["num_sentences"] == 2 and out["chrf"] == pytest.approx(100.0)
+    # exp(mean of four log(100.0)) in float64: logs to 1 ulp, three additions, exp to 1 ulp:
+    # within 2e-13 of 100; observed 100.00000000000004 (bleu, tok_bleu) and 100.0 (chrF)
+    assert out["bleu"] == pytest.approx(100.0, abs=1e-12)
+    assert out["tok_bleu"] == pytest.approx(100.0, abs=1e-12)
+    assert out["num_sentences"] == 2 and out["chrf"] == pytest.approx(100.0, abs=1e-12)
     assert out["bleu_signature"].startswith("nrefs:1|case:mixed")
     lo, hi = out["bleu_95ci"]
-    assert lo <= out["bleu"] <= hi + 1e-9
+    # Exact: every resample of identical pairs has precisions exactly 100.0 and brevity 1, so
+    # sacreBLEU computes the same float as for the whole set (observed: lo == bleu == hi).
+    assert lo <= out["bleu"] <= hi
