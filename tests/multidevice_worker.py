@@ -191,9 +191,9 @@ def translate_ids_run(out, port=None, pid=None):
         dict(strategy="beam", beam_size=4, alpha=0.6, max_extra_len=5, batch_tokens=64)
     )
     decode.update(temperature=1.0, top_k=0, seed=0)
-    hyps = translate_ids(loaded, ids, decode, (8, 16, 32))
-    if jax.process_index() == 0:
-        json.dump([[h[0][0].tolist(), h[0][1]] for h in hyps], open(out, "w"))
+    hyps = translate_ids(loaded, ids, decode, (8, 16, 32), nbest=2)
+    if jax.process_index() == 0:  # per sentence: best ids, best score, runner-up's score
+        json.dump([[h[0][0].tolist(), h[0][1], h[1][1]] for h in hyps], open(out, "w"))
     if port is not None:
         jax.distributed.shutdown()
 

@@ -16,6 +16,7 @@ from tx.sharding import MeshError, check_model_fits, make_mesh, mesh_shape
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 WORKER = str(ROOT / "tests" / "multidevice_worker.py")
 GOLDEN = ROOT / "tests" / "golden" / "base_sharding_2x2x2.json"
+SCORE_ATOL = 1e-2  # beam scores of one sentence decoded in two layouts (see the test)
 
 
 def worker(*args, devices=8, timeout=600):
@@ -191,6 +192,11 @@ def test_decoding_split_across_two_processes_matches_one(tmp_path):
     worker("translate", single_out, devices=1)
     multi, single = json.loads(out.read_text()), json.loads(single_out.read_text())
     assert len(multi) == len(single) == 9
-    for (m_ids, m_score), (s_ids, s_score) in zip(multi, single, strict=True):
-        assert m_ids == s_ids
-        assert m_score == pytest.approx(s_score, abs=1e-5)
+    # The two runs decode a sentence in batches of other shapes on other devices: scores differ
+    # by rounding, bounded (first-order float32 error propagation, as in test_model.py) by a
+    # few 1e-3 for models of this size; observed 3.8e-6. The best hypothesis can only differ
+    # where the runner-up is that close (a near-tie); observed: ids all equal, smallest gap
+    # between best and runner-up 0.016.
+    for (m_ids, m_best, _), (s_ids, s_best, s_second) in zip(multi, single, strict=True):
+        assert m_best == pytest.approx(s_best, abs=SCORE_ATOL)
+        assert m_ids == s_ids or s_best - s_second <= 2 * SCORE_ATOL
