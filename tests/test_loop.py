@@ -81,25 +81,23 @@ def test_nan_guard_stops_and_keeps_last_good_checkpoint(vocab, tmp_path, monkeyp
     assert all(np.isfinite(np.asarray(x)).all() for x in jax.tree_util.tree_leaves(state))
 
 
-def _tx_train(root, workdir, *extra):
+def _tx_train(workdir, *extra):
     """The command line of `python -m tx train` on the tiny config."""
-    config = Tiny.path
     return [
         sys.executable,
         "-m",
         "tx",
         "train",
         "--config",
-        config,
+        Tiny.path,
         "--workdir",
         str(workdir),
         *extra,
     ]
 
 
-def _train_cmd(root, workdir, vocab, steps, *extra):
+def _train_cmd(workdir, vocab, steps, *extra):
     return _tx_train(
-        root,
         workdir,
         f"--config.data.vocab_path={vocab}",
         f"--config.train.num_steps={steps}",
@@ -128,13 +126,11 @@ def _wait_for_checkpoint(workdir, proc, at_least, timeout=120):
 def test_sigkill_and_resume_is_bitwise_identical(root, vocab, tmp_path, tiny):
     steps = 40
     ref_dir, run_dir = tmp_path / "ref", tmp_path / "run"
-    subprocess.run(
-        _train_cmd(root, ref_dir, vocab, steps), check=True, cwd=root, capture_output=True
-    )
+    subprocess.run(_train_cmd(ref_dir, vocab, steps), check=True, cwd=root, capture_output=True)
     killed_at = []
     for kill_after in (3, 11):  # two kills at different points, then run to the end
         proc = subprocess.Popen(
-            _train_cmd(root, run_dir, vocab, steps),
+            _train_cmd(run_dir, vocab, steps),
             cwd=root,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -143,9 +139,7 @@ def test_sigkill_and_resume_is_bitwise_identical(root, vocab, tmp_path, tiny):
         proc.send_signal(signal.SIGKILL)
         assert proc.wait() == -signal.SIGKILL  # killed mid-run, not finished
         killed_at.append(Checkpointer(str(run_dir)).latest_step())
-    subprocess.run(
-        _train_cmd(root, run_dir, vocab, steps), check=True, cwd=root, capture_output=True
-    )
+    subprocess.run(_train_cmd(run_dir, vocab, steps), check=True, cwd=root, capture_output=True)
     assert killed_at[0] < killed_at[1] < steps, killed_at
     cfg = tiny()
     ref, ref_pos = _final_params(ref_dir, cfg, steps)
@@ -157,7 +151,6 @@ def test_sigkill_and_resume_is_bitwise_identical(root, vocab, tmp_path, tiny):
 
 def test_sigterm_saves_a_checkpoint_and_exits_cleanly(root, vocab, tmp_path):
     cmd = _train_cmd(
-        root,
         tmp_path,
         vocab,
         100000,
@@ -196,7 +189,6 @@ def test_workdir_refuses_another_vocabulary(vocab, tmp_path, tiny):
 
 def test_cli_bad_input_is_one_clear_line(root, tmp_path):
     cmd = _tx_train(
-        root,
         tmp_path,
         "--config.data.source=text",
         f"--config.data.train_prefix={tmp_path}/missing",
