@@ -1,9 +1,10 @@
 """Orbax checkpoints: the train state and the data position, saved together, atomically.
 
-Layout under the workdir:
+Layout under the workdir (paths named in tx.workdir):
   checkpoints/<step>/state   TrainState (params, optimizer state, step, rng), sharded arrays
   checkpoints/<step>/data    the data position {"epoch": e, "batch": b} as JSON
-  averaged/<step>/state      parameters averaged over the last N checkpoints (tx average)
+  averaged/<step>/params     parameters averaged over the last N checkpoints (tx average)
+  averaged/<step>/meta       {"averaged_steps": [...]} as JSON
 Orbax writes each step under a temporary name and renames it when complete, so a run killed
 mid-save leaves the previous checkpoints intact and the partial one is ignored.
 
