@@ -90,10 +90,11 @@ def test_layout_derives_batch_shardings_from_the_rules(tiny):
     assert tuple(lay.batch.spec) == (("data", "fsdp"), None)
     assert tuple(lay.rows.spec) == (("data", "fsdp"),)
     assert tuple(lay.micro_batches.spec) == (None, ("data", "fsdp"), None)
-    assert lay.data_shards == 1
+    assert lay.data_shards == lay.mesh.shape["data"] * lay.mesh.shape["fsdp"]
     cfg.mesh.rules = tuple(("batch", "data") if r[0] == "batch" else r for r in cfg.mesh.rules)
     moved = layout(cfg.mesh)
     assert tuple(moved.batch.spec) == ("data", None) and tuple(moved.rows.spec) == ("data",)
+    assert moved.data_shards == moved.mesh.shape["data"]
 
 
 def test_golden_sharding_snapshot_of_base(tmp_path):
