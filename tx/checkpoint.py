@@ -23,7 +23,6 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 import orbax.checkpoint as ocp
-from flax import linen as nn
 
 from tx import sharding
 from tx import workdir as wd
@@ -188,12 +187,7 @@ def restore_averaged(workdir: str, step: int, abstract_params):
 def param_target(model_cfg: ModelConfig, layout: sharding.Layout):
     """The parameters as ShapeDtypeStructs with their shardings on `layout`: what inference
     and averaging restore into (no optimizer is built, no memory allocated)."""
-    boxed = abstract_params(model_cfg)
-    return jax.tree_util.tree_map(
-        lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh),
-        nn.meta.unbox(boxed),
-        layout.tree(boxed),
-    )
+    return layout.placed(abstract_params(model_cfg))
 
 
 def average(cfg: ml_collections.ConfigDict, workdir: str, last: int | None = None):

@@ -79,7 +79,6 @@ class _Run:
     """What the loop works with, built once by `train`."""
 
     cfg: ml_collections.ConfigDict
-    workdir: str
     trainer: trainer_lib.Trainer
     ckpt: Checkpointer
     spec: BatchSpec
@@ -139,7 +138,7 @@ def train(
     )
     dev = dataset.split_ids(cfg.data, workdir, tokenizer, "dev") if t.eval_every_steps else None
     summaries = Summaries(wd.tensorboard_dir(workdir), is_main())
-    run = _Run(cfg, workdir, trainer, ckpt, spec, progress, summaries, dev, bleu_hook)
+    run = _Run(cfg, trainer, ckpt, spec, progress, summaries, dev, bleu_hook)
     try:
         return _loop(run, state, stream)
     finally:

@@ -109,6 +109,15 @@ class Layout:
         specs = nn.get_partition_spec(abstract_boxed)
         return nn.logical_to_mesh_sharding(specs, self.mesh, self.rules)
 
+    def placed(self, abstract_boxed) -> object:
+        """The same tree unboxed, as ShapeDtypeStructs carrying their shardings: a restore or
+        compile target on this layout (nothing is allocated)."""
+        return jax.tree_util.tree_map(
+            lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh),
+            nn.meta.unbox(abstract_boxed),
+            self.tree(abstract_boxed),
+        )
+
     def global_batch(self, local: dict) -> dict:
         """This process's rows [rows / processes, length] -> global jax.Arrays."""
         return {k: jax.make_array_from_process_local_data(self.batch, v) for k, v in local.items()}

@@ -51,19 +51,23 @@ class TrainState(flax.struct.PyTreeNode):
 
 @dataclasses.dataclass(frozen=True)
 class Trainer:
-    """The static parts of training: model, optimizer, layout and the state's shardings."""
+    """The static parts of training: model, optimizer, layout and the state's abstract form."""
 
     model: Transformer
     optimizer: optax.GradientTransformation
     schedule: optax.Schedule
     layout: sharding.Layout
-    state_sharding: Any
+    abstract_state: Any  # TrainState of ShapeDtypeStructs with their shardings
     label_smoothing: float
     micro_batches: int
 
     @property
     def mesh(self):
         return self.layout.mesh
+
+    @property
+    def state_sharding(self):
+        return jax.tree_util.tree_map(lambda s: s.sharding, self.abstract_state)
 
 
 def _init_boxed(model: Transformer, optimizer, rng):
@@ -102,7 +106,7 @@ def build(
         optimizer,
         schedule,
         layout,
-        layout.tree(abstract),
+        layout.placed(abstract),
         cfg.train.label_smoothing,
         cfg.train.micro_batches,
     )
@@ -131,16 +135,7 @@ def create_train_state(trainer: Trainer, seed: int) -> TrainState:
 
 def abstract_train_state(trainer: Trainer) -> TrainState:
     """ShapeDtypeStructs with shardings: the restore target for checkpoints on this mesh."""
-
-    def init(rng):
-        return nn.meta.unbox(_init_boxed(trainer.model, trainer.optimizer, rng))
-
-    shapes = jax.eval_shape(init, jax.random.PRNGKey(0))
-    return jax.tree_util.tree_map(
-        lambda s, sh: jax.ShapeDtypeStruct(s.shape, s.dtype, sharding=sh),
-        shapes,
-        trainer.state_sharding,
-    )
+    return trainer.abstract_state
 
 
 def _loss_sums(trainer: Trainer, params, batch, rng, deterministic: bool):
