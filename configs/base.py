@@ -38,16 +38,17 @@ def get_config():
     )
 
     cfg.data = dict(
-        source="tfds",  # "tfds" | "text" | "demo"
+        source="tfds",  # "tfds" | "text" | "demo" | "trees" (parsing: configs/table4.py)
         tfds_name="wmt14_translate/de-en",  # dev newstest2013, test newstest2014
         tfds_data_dir=config_dict.placeholder(str),  # None -> TFDS default (~/tensorflow_datasets)
-        train_prefix="",  # text source: <prefix>.<lang> files, one sentence per line
+        train_prefix="",  # text: <prefix>.<lang> files, one sentence per line; trees: a glob
         dev_prefix="",
         test_prefix="",
         src_lang="en",  # translation direction: EN->DE as in the paper
         tgt_lang="de",
         demo_seed=0,  # demo source: corpus generator seed
         demo_train_size=200_000,  # demo source: number of training pairs
+        demo_eval_size=500,  # demo source: dev and test pairs each
         vocab_size=vocab_size,  # shared BPE vocabulary (paper: about 37k for EN-DE)
         vocab_path=config_dict.placeholder(str),  # an existing SentencePiece model to use
         spm_model_type="bpe",  # "bpe" | "unigram"
@@ -126,5 +127,6 @@ def get_config():
         dev_ppl=4.92,  # Table 3, newstest2013 per-word-piece perplexity
         dev_bleu=25.8,  # Table 3, newstest2013
         test_bleu=27.3,  # Table 2, newstest2014, tokenized + compound-split
+        train_cost_flops=3.3e18,  # Table 2: training time x GPUs x sustained FLOP/s per GPU
     )
     return cfg

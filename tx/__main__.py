@@ -8,6 +8,7 @@ Commands:
   evaluate   BLEU (sacreBLEU and the paper's tokenized BLEU) and chrF on a split
   demo       the offline demo end to end: train, average, translate, score
   compile    lower and compile the train step ahead of time: memory and FLOPs
+  reproduce  the paper's Tables 2, 3, 4: --plan (default), --run, --report (tx/reproduce.py)
 """
 
 from __future__ import annotations
@@ -95,6 +96,13 @@ def _evaluate(args, cfg) -> int:
     result = evaluate_split(cfg, args.workdir, args.split, loaded, args.bootstrap, args.output)
     if args.json:
         print(json.dumps(result))
+    elif "f1" in result:
+        print(
+            f"{args.split}: bracketing F1 {result['f1']:.2f} (precision {result['precision']:.2f}"
+            f", recall {result['recall']:.2f}; {result['f1_recipe']}); "
+            f"{result['scored_sentences']} of {result['num_sentences']} sentences scored; "
+            f"parses in {result['hypotheses_file']}"
+        )
     else:
         print(f"{args.split}: sacreBLEU {result['bleu']:.2f} ({result['bleu_signature']})")
         print(
@@ -123,9 +131,23 @@ def _compile(args, cfg) -> int:
     return 0
 
 
+def _reproduce(args, overrides) -> int:
+    from tx.reproduce import main as reproduce
+
+    if args.table is None:
+        print("error: reproduce needs --table 2, 3 or 4", file=sys.stderr)
+        return 2
+    try:
+        return reproduce(args, overrides)
+    except _user_errors() as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
 COMMANDS = {
     "info": _info,
     "compile": _compile,
+    "reproduce": None,  # handled before a config is loaded: see main()
     "train": _train,
     "translate": _translate,
     "average": _average,
@@ -155,6 +177,19 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--coordinator_address", help="multi-process: HOST:PORT of process 0")
     p.add_argument("--num_processes", type=int, help="multi-process: number of processes")
     p.add_argument("--process_id", type=int, help="multi-process: this process's index")
+    g = p.add_argument_group("reproduce")
+    g.add_argument("--table", type=int, help="reproduce: the paper's table (2, 3 or 4)")
+    g.add_argument("--rows", help="reproduce: rows of the table, e.g. A1,B1 (default: all)")
+    g.add_argument("--root", default="runs", help="reproduce: one workdir per row under this")
+    mode = g.add_mutually_exclusive_group()
+    mode.add_argument("--plan", action="store_true", help="reproduce: what would run (default)")
+    mode.add_argument("--run", action="store_true", help="reproduce: run unfinished rows")
+    mode.add_argument("--report", action="store_true", help="reproduce: results/table<N>.md")
+    g.add_argument("--scale", default="full", help="reproduce: full (the paper's) or mini")
+    g.add_argument("--steps", type=int, help="reproduce --scale mini: steps of a 100k-step row")
+    g.add_argument("--hardware", help="reproduce --plan: h100x8, a100x8, v4-32, ...")
+    g.add_argument("--mfu", type=float, help="reproduce --plan: expected MFU (0-1)")
+    g.add_argument("--results", default="results", help="reproduce: where reports go")
     p.add_argument(
         "--bootstrap",
         type=int,
@@ -172,6 +207,8 @@ def main(argv: list[str] | None = None) -> int:
     rest, config_path, overrides = split_config_args(argv)
     args = _parser().parse_args(rest)
     initialize(args.coordinator_address, args.num_processes, args.process_id)
+    if args.command == "reproduce":  # each row brings its own config
+        return _reproduce(args, overrides)
     try:
         if config_path is None and args.workdir and args.command not in ("train", "demo"):
             config_path = workdir.require_run(args.workdir)  # the run's resolved config

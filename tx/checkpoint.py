@@ -24,7 +24,7 @@ import jax.numpy as jnp
 import ml_collections
 import orbax.checkpoint as ocp
 
-from tx import sharding
+from tx import runcard, sharding
 from tx import workdir as wd
 from tx.config import model_config
 from tx.counting import abstract_params
@@ -196,7 +196,9 @@ def average(cfg: ml_collections.ConfigDict, workdir: str, last: int | None = Non
     target = param_target(model_config(cfg), sharding.layout(cfg.mesh))
     t = cfg.train
     last = cfg.decode.average_last if last is None else last
-    return average_last(workdir, last, target, t.checkpoint_every_steps, t.num_steps)
+    path, steps = average_last(workdir, last, target, t.checkpoint_every_steps, t.num_steps)
+    runcard.record_average(workdir, path, steps)
+    return path, steps
 
 
 def average_last(

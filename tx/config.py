@@ -147,8 +147,10 @@ def validate(cfg: ml_collections.ConfigDict) -> None:
             f"{cfg.data.vocab_size}; the shared vocabulary sizes the embedding"
         )
     _check_decode(cfg.decode)
-    if cfg.data.source not in ("demo", "text", "tfds"):
-        raise ConfigError(f"data.source must be 'demo', 'text' or 'tfds', got {cfg.data.source!r}")
+    if cfg.data.source not in ("demo", "text", "tfds", "trees"):
+        raise ConfigError(
+            f"data.source must be 'demo', 'text', 'tfds' or 'trees', got {cfg.data.source!r}"
+        )
     buckets = tuple(cfg.data.bucket_lengths)
     if not buckets or list(buckets) != sorted(set(buckets)) or buckets[0] <= 0:
         raise ConfigError(f"data.bucket_lengths must be increasing positive ints, got {buckets}")

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import ml_collections
 
-from tx import sharding
+from tx import parsing, runcard, sharding
 from tx import workdir as wd
 from tx.config import model_config
 from tx.data.dataset import split_text
+from tx.data.sources import gold_trees
 from tx.data.tokenizer import Tokenizer
 from tx.metrics import sacrebleu_scores, score_all, tokenized_bleu
 from tx.model import Transformer
@@ -37,9 +38,45 @@ def evaluate_split(
     hypotheses = translate(loaded, sources, cfg)
     path = output or wd.hypotheses_file(workdir, split, cfg.data.tgt_lang)
     wd.write_atomic(path, "".join(h + "\n" for h in hypotheses))
-    result = score_all(hypotheses, references, cfg.data.tgt_lang, bootstrap)
+    if cfg.data.source == "trees":  # parsing: bracketing F1 against the gold trees
+        result = parse_scores(gold_trees(cfg.data, split), hypotheses)
+    else:
+        result = score_all(hypotheses, references, cfg.data.tgt_lang, bootstrap)
     result.update(hypotheses_file=path, checkpoint=loaded.source, split=split)
+    result["search"] = search_recipe(cfg.decode)
+    runcard.record_scores(workdir, split, result)
     return result
+
+
+def parse_scores(gold: list[parsing.Tree], hypotheses: list[str]) -> dict:
+    """EVALB (COLLINS.prm) bracketing scores of linearized parses. Each hypothesis is read back
+    over its sentence's words with the gold POS tags (tx.parsing.delinearize repairs
+    ill-formed output), as Vinyals et al. scored: punctuation is then deleted by its tag."""
+    tests = [
+        parsing.delinearize(parsing.words(g), h, parsing.tags(g))
+        for g, h in zip(gold, hypotheses, strict=True)
+    ]
+    score = parsing.bracket_f1(gold, tests)
+    return {
+        "f1": score.f1,
+        "precision": score.precision,
+        "recall": score.recall,
+        "complete_match": score.complete_match,
+        "tagging_accuracy": score.tagging_accuracy,
+        "num_sentences": len(gold),
+        "scored_sentences": score.valid,
+        "errors": score.error_count,
+        "f1_recipe": "EVALB COLLINS.prm (tx.parsing.bracket_f1); output repaired by "
+        "tx.parsing.delinearize with the gold POS tags",
+    }
+
+
+def search_recipe(decode: ml_collections.ConfigDict) -> dict:
+    """The decoding settings a score depends on, recorded beside it."""
+    keys = ("strategy", "beam_size", "alpha", "max_extra_len")
+    if decode.strategy == "sample":
+        keys += ("temperature", "top_k", "seed")
+    return {k: decode[k] for k in keys}
 
 
 def copy_baseline(cfg: ml_collections.ConfigDict, split: str) -> dict:

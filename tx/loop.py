@@ -32,6 +32,7 @@ from tx.data.pipeline import POSITION_KEY, BatchSpec, PlannedBatch, eval_batches
 from tx.data.token_cache import TokenizedSplit
 from tx.distributed import barrier
 from tx.monitor import Progress, Summaries, Throughput, peak_tflops
+from tx.runcard import Segment
 
 
 class Diverged(RuntimeError):
@@ -86,6 +87,8 @@ class _Run:
     summaries: Summaries
     dev: TokenizedSplit | None  # dev token ids, when dev loss is evaluated
     bleu_hook: Callable[[object], dict] | None
+    card: Segment  # this invocation's entry in the run card
+    peak: float  # TFLOP/s of one device, for MFU
 
 
 def evaluate_loss(trainer, eval_fn, params, ids: TokenizedSplit, data, spec: BatchSpec) -> dict:
@@ -124,6 +127,8 @@ def train(
     trainer = trainer_lib.build(cfg)
     ckpt = Checkpointer(workdir, t.keep_checkpoints, True, t.checkpoint_every_steps, t.num_steps)
     state, position = _restore_or_init(trainer, ckpt, t.seed)
+    peak = peak_tflops(configured=t.peak_tflops)
+    card = Segment(cfg, workdir, int(state.step), peak)
     spec = dataset.batch_spec(
         cfg.data,
         trainer.layout.data_shards * t.micro_batches,
@@ -138,7 +143,7 @@ def train(
     )
     dev = dataset.split_ids(cfg.data, workdir, tokenizer, "dev") if t.eval_every_steps else None
     summaries = Summaries(wd.tensorboard_dir(workdir), is_main())
-    run = _Run(cfg, trainer, ckpt, spec, progress, summaries, dev, bleu_hook)
+    run = _Run(cfg, trainer, ckpt, spec, progress, summaries, dev, bleu_hook, card, peak)
     try:
         return _loop(run, state, stream)
     finally:
@@ -170,10 +175,11 @@ def _loop(run: _Run, state, stream) -> dict:
     step_fn = trainer_lib.jit_train_step(run.trainer)
     eval_fn = trainer_lib.jit_eval_step(run.trainer)
     mc = run.trainer.model.config
-    throughput = Throughput(jax.device_count(), peak_tflops(configured=t.peak_tflops))
+    throughput = Throughput(jax.device_count(), run.peak)
     batches = dataset.prefetch(stream)
     step = int(state.step)
-    last_save, last = time.monotonic(), {}
+    started = last_save = time.monotonic()
+    last = {}
     window = _Window(lambda s, g, ls, lt: train_flops_per_step(mc, s, g, ls, lt))
     with StopSignal() as stop:
         while step < t.num_steps:
@@ -186,7 +192,9 @@ def _loop(run: _Run, state, stream) -> dict:
                 last = _report(window, throughput, run.progress, run.summaries, step)
             if t.eval_every_steps and run.dev is not None and step % t.eval_every_steps == 0:
                 window.check()
-                last.update(_dev_eval(run, eval_fn, state, step))
+                dev = _dev_eval(run, eval_fn, state, step)
+                last.update(dev)
+                run.card.note(dev={"step": step, **{k: round(v, 6) for k, v in dev.items()}})
             if run.bleu_hook and t.eval_bleu_every_steps and step % t.eval_bleu_every_steps == 0:
                 window.check()
                 last.update(_dev_bleu(run, state, step))
@@ -198,6 +206,7 @@ def _loop(run: _Run, state, stream) -> dict:
                 window.check()  # never save a state after a non-finite step
                 run.ckpt.save(step, state, position)
                 last_save = time.monotonic()
+                run.card.update(step, last_save - started, *window.totals())
             if stopping:
                 run.progress.message(f"tx: {stop.received or 'stop'} received: saved step {step}")
                 break
@@ -221,6 +230,7 @@ class _Window:
     def __init__(self, flops_fn):
         self.flops_fn = flops_fn
         self.items = []  # (step, metrics, (padded source length, padded target length))
+        self.drained = (0.0, 0.0, 0.0)  # real source, target tokens and FLOPs reported so far
 
     def add(self, step, metrics, lengths):
         self.items.append((step, metrics, lengths))
@@ -240,13 +250,26 @@ class _Window:
         if self.items:
             self._check_one(*self.items[-1][:2])
 
-    def drain(self, throughput) -> dict:
-        """Mean loss, perplexity, real tokens per step (global), speed and MFU; resets."""
-        self.check()
+    def _sums(self) -> tuple[dict, float]:
+        """Sums over the pending steps of the scalar metrics, and their model FLOPs."""
         keys = ("loss", "nll", "weight", "src_tokens")
         per_step = [({k: float(m[k]) for k in keys}, lengths) for _, m, lengths in self.items]
         sums = {k: sum(m[k] for m, _ in per_step) for k in keys}
         flops = sum(self.flops_fn(m["src_tokens"], m["weight"], *ls) for m, ls in per_step)
+        return sums, flops
+
+    def totals(self) -> tuple[float, float, float]:
+        """Real source and target tokens and model FLOPs of every step added so far."""
+        sums, flops = self._sums()
+        src, tgt, done = self.drained
+        return src + sums["src_tokens"], tgt + sums["weight"], done + flops
+
+    def drain(self, throughput) -> dict:
+        """Mean loss, perplexity, real tokens per step (global), speed and MFU; resets."""
+        self.check()
+        sums, flops = self._sums()
+        src, tgt, done = self.drained
+        self.drained = (src + sums["src_tokens"], tgt + sums["weight"], done + flops)
         lr = float(self.items[-1][1]["learning_rate"])
         n, self.items = len(self.items), []
         w = max(sums["weight"], 1.0)

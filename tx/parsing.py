@@ -68,6 +68,7 @@ import re
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 
+FORMAT = 1  # version of the linearization: part of a treebank's token-cache key
 SLOT = "XX"  # the word slot of a linearized tree (Vinyals et al.'s normalized POS tag)
 ROOT_WRAPPERS = frozenset({"", "ROOT", "TOP"})
 REPAIR_ROOT = "S"  # root of a repaired output with no single top phrase: WSJ's commonest

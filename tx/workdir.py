@@ -8,6 +8,7 @@
     W/averaged/<step>/      parameters averaged over the last N checkpoints
     W/tensorboard/          scalars (tx.monitor)
     W/<split>.hyp.<lang>    hypotheses written by evaluate
+    W/run_card.json, .md    what the run was and scored (tx.runcard)
 
 A workdir belongs to one model and one vocabulary: resuming it with another is refused.
 """
@@ -72,6 +73,14 @@ def tensorboard_dir(workdir: str) -> str:
 
 def hypotheses_file(workdir: str, split: str, lang: str) -> str:
     return os.path.join(workdir, f"{split}.hyp.{lang}")
+
+
+def run_card_file(workdir: str) -> str:
+    return os.path.join(workdir, "run_card.json")
+
+
+def run_card_markdown(workdir: str) -> str:
+    return os.path.join(workdir, "run_card.md")
 
 
 def require_run(workdir: str) -> str:

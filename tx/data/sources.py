@@ -1,4 +1,5 @@
-"""Where sentence pairs come from: TFDS WMT, aligned text files, or the built-in demo corpus.
+"""Where sentence pairs come from: TFDS WMT, aligned text files, the built-in demo corpus, or
+a treebank (parsing as translation, tx.parsing).
 
 Each source gives, per split ("train", "dev", "test"), a `ParallelText`: an iterable of
 (source, target) strings in file order plus a fingerprint identifying its content, which keys
@@ -8,12 +9,14 @@ the token-id cache. Bad input raises `DataError` naming the file and line.
 from __future__ import annotations
 
 import dataclasses
+import glob
 import hashlib
 import os
 from collections.abc import Callable, Iterator
 
 import ml_collections
 
+from tx import parsing
 from tx.data import demo_corpus
 
 SPLITS = ("train", "dev", "test")
@@ -52,11 +55,14 @@ def load_split(data: ml_collections.ConfigDict, split: str) -> ParallelText:
         return text_split(prefix[split], data.src_lang, data.tgt_lang)
     if data.source == "tfds":
         return tfds_split(data.tfds_name, split, data.src_lang, data.tgt_lang, data.tfds_data_dir)
-    raise DataError(f"data.source must be 'demo', 'text' or 'tfds', got {data.source!r}")
+    if data.source == "trees":
+        return tree_split(_tree_pattern(data, split))
+    raise DataError(f"data.source must be 'demo', 'text', 'tfds' or 'trees', got {data.source!r}")
 
 
 def demo_split(data: ml_collections.ConfigDict, split: str) -> ParallelText:
-    size = data.demo_train_size if split == "train" else DEMO_EVAL_SIZE
+    # Configs written before demo_eval_size existed have no such key.
+    size = data.demo_train_size if split == "train" else data.get("demo_eval_size", DEMO_EVAL_SIZE)
     seed = data.demo_seed
     key = f"demo-v{demo_corpus.VERSION}-seed{seed}-{split}-{size}"
     return ParallelText(key, _sha(key), lambda: demo_corpus.generate(split, seed, size))
@@ -81,6 +87,58 @@ def text_split(prefix: str, src_lang: str, tgt_lang: str) -> ParallelText:
         yield from zip(_read_lines(src_path), _read_lines(tgt_path), strict=True)
 
     return ParallelText(f"text:{prefix}", fingerprint, pairs)
+
+
+def _tree_pattern(data: ml_collections.ConfigDict, split: str) -> str:
+    pattern = {"train": data.train_prefix, "dev": data.dev_prefix, "test": data.test_prefix}[split]
+    if not pattern:
+        raise DataError(
+            f"data.{split}_prefix is not set (data.source='trees': a treebank file or glob)"
+        )
+    return pattern
+
+
+def tree_paths(pattern: str) -> list[str]:
+    """The files a treebank pattern (a glob, or several separated by commas) names: each
+    glob's matches in sorted order (WSJ's 02/wsj_0200.mrg, 02/wsj_0201.mrg, ...)."""
+    paths = []
+    for part in pattern.split(","):
+        matches = sorted(p for p in glob.glob(part.strip()) if os.path.isfile(p))
+        if not matches:
+            raise DataError(f"no treebank file matches {part.strip()}")
+        paths += [p for p in matches if p not in paths]
+    return paths
+
+
+def read_treebank(pattern: str) -> list[parsing.Tree]:
+    """Every tree of the files `pattern` names, normalized (tx.parsing); errors name the file."""
+    paths = tree_paths(pattern)
+    trees = []
+    for path in paths:
+        try:
+            trees += parsing.read_trees(path)
+        except UnicodeDecodeError as e:
+            raise DataError(f"{path}: invalid UTF-8 ({e.reason} at byte {e.start})") from None
+        except ValueError as e:
+            raise DataError(f"{path}: {e}") from None
+    return trees
+
+
+def tree_split(pattern: str) -> ParallelText:
+    """Parsing as translation (the paper's Table 4): bracketed trees as (words, linearized
+    tree) pairs, with tx.parsing's linearization."""
+    paths = tree_paths(pattern)
+    fingerprint = _sha(f"linearize-v{parsing.FORMAT}" + "".join(map(_file_digest, paths)))
+
+    def pairs():
+        yield from parsing.to_pairs(read_treebank(pattern))
+
+    return ParallelText(f"trees:{pattern}", fingerprint, pairs)
+
+
+def gold_trees(data: ml_collections.ConfigDict, split: str) -> list[parsing.Tree]:
+    """The `split`'s trees (data.source='trees'), for scoring parses against."""
+    return read_treebank(_tree_pattern(data, split))
 
 
 def _count_lines(path: str) -> int:
