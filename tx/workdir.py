@@ -8,6 +8,7 @@
     W/averaged/<step>/      parameters averaged over the last N checkpoints
     W/tensorboard/          scalars (tx.monitor)
     W/<split>.hyp.<lang>    hypotheses written by evaluate
+    W/plots/                pictures (tx.plots): curves, attention maps, BLEU by length
 
 A workdir belongs to one model and one vocabulary: resuming it with another is refused.
 """
@@ -72,6 +73,10 @@ def tensorboard_dir(workdir: str) -> str:
 
 def hypotheses_file(workdir: str, split: str, lang: str) -> str:
     return os.path.join(workdir, f"{split}.hyp.{lang}")
+
+
+def plots_dir(workdir: str) -> str:
+    return os.path.join(workdir, "plots")
 
 
 def require_run(workdir: str) -> str:
@@ -139,9 +144,10 @@ def _lookup(tree: dict, dotted: str):
     return tree
 
 
-def write_atomic(path: str, text: str) -> None:
-    """Writes the whole file under a temporary name, then renames it: never half-written."""
+def write_atomic(path: str, text: str | bytes) -> None:
+    """Writes the whole file (text, or bytes such as a PNG) under a temporary name, then
+    renames it: never half-written."""
     tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
+    with open(tmp, "wb") if isinstance(text, bytes) else open(tmp, "w", encoding="utf-8") as f:
         f.write(text)
     os.replace(tmp, path)
