@@ -297,3 +297,20 @@ def test_evaluate_by_length_reports_buckets_and_draws_them(trained, tmp_path, mo
     assert buckets[0]["min_words"] == (min(lengths) - 1) // 5 * 5 + 1
     path = by_length_picture(result, str(tmp_path / "by_length.png"))
     assert png_size(path)[0] >= 600
+
+
+def test_the_demo_draws_an_attention_map_and_the_curves(trained):
+    from tx.config import load_config
+    from tx.demo import draw_pictures
+    from tx.translate import load_model
+    from tx.workdir import config_file
+
+    cfg = load_config(config_file(trained))
+    paths = draw_pictures(cfg, trained, load_model(cfg, trained, averaged=False))
+    assert [os.path.relpath(p, trained) for p in paths] == [
+        "plots/attention/encoder_self_attention.png",
+        "plots/attention/decoder_self_attention.png",
+        "plots/attention/encoder_decoder_attention.png",
+        "plots/curves.png",
+    ]
+    assert all(min(png_size(p)) > 300 for p in paths)
