@@ -89,7 +89,6 @@ def _aligned(args, cfg, loaded, lines: list[str]) -> list[str]:
     from tx.alignment import DEFAULT_LAYER, align
     from tx.translate import translate_pairs
 
-    pairs = translate_pairs(loaded, lines, cfg)
     layer = DEFAULT_LAYER if args.align_layer is None else args.align_layer
     layers = loaded.model.config.num_decoder_layers
     if not -layers <= layer < layers:
@@ -97,6 +96,7 @@ def _aligned(args, cfg, loaded, lines: list[str]) -> list[str]:
             f"error: --align_layer {layer}: the model has {layers} decoder layers "
             f"(0 to {layers - 1}; -1 is the last)"
         )
+    pairs = translate_pairs(loaded, lines, cfg)
     links = align(loaded, pairs, layer)
     decode = loaded.tokenizer.decode
     return [f"{decode(out)} ||| {a}" for (_, out), a in zip(pairs, links, strict=True)]
@@ -114,6 +114,8 @@ def _evaluate(args, cfg) -> int:
     from tx.evaluate import evaluate_split
     from tx.translate import load_model
 
+    if args.by_length and args.bucket_width <= 0:
+        raise SystemExit(f"error: --bucket_width must be positive, got {args.bucket_width}")
     loaded = load_model(cfg, _need_workdir(args), args.checkpoint)
     width = args.bucket_width if args.by_length else 0
     result = evaluate_split(
