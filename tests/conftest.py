@@ -38,7 +38,7 @@ def tiny():
 @pytest.fixture(scope="session")
 def trained(tmp_path_factory, tiny):
     """A tiny workdir trained for 20 steps, a checkpoint every 5 (shared: tests that change
-    it only add averaged checkpoints or hypotheses files)."""
+    it only add averaged checkpoints, hypotheses files or plots/)."""
     from tx.loop import train
 
     path = str(tmp_path_factory.mktemp("trained"))

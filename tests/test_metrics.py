@@ -7,6 +7,7 @@ from collections import Counter
 import pytest
 
 from tx.metrics import (
+    bleu_by_length,
     score_all,
     split_compounds,
     tok_bleu_recipe,
@@ -103,3 +104,31 @@ def test_score_all_reports_every_key():
     # Exact: every resample of identical pairs has precisions exactly 100.0 and brevity 1, so
     # sacreBLEU computes the same float as for the whole set (observed: lo == bleu == hi).
     assert lo <= out["bleu"] <= hi
+
+
+def test_bleu_by_length_buckets_by_source_words():
+    sources = [" ".join(["w"] * n) for n in (3, 10, 11, 25, 61, 90)]
+    refs = [
+        "the cat sat on the mat today",
+        "a b c d e f",
+        "x y z w v u",
+        "p q r s t u",
+        "1 2 3 4 5",
+        "k l m n o p",
+    ]
+    hyps = list(refs)
+    hyps[2] = "completely different words here now ok"  # the 11-20 bucket scores 0
+    got = bleu_by_length(sources, hyps, refs)
+    assert [b["bucket"] for b in got] == ["1-10", "11-20", "21-30", "61+"]
+    assert [b["sentences"] for b in got] == [2, 1, 1, 2]
+    assert [b["max_words"] for b in got] == [10, 20, 30, None]
+    assert [round(b["bleu"], 6) for b in got] == [100.0, 0.0, 100.0, 100.0]
+    assert [b["bucket"] for b in bleu_by_length(sources, hyps, refs, width=7)] == [
+        "1-7",
+        "8-14",
+        "22-28",
+        "57-63",  # 61 words: the open bucket starts at the first bucket past 60
+        "64+",
+    ]
+    with pytest.raises(ValueError, match="width"):
+        bleu_by_length(sources, hyps, refs, width=0)

@@ -3,9 +3,11 @@
 Commands:
   info       parameter counts (actual and analytic, beside the paper's) as JSON
   train      train (same as train.py)
-  translate  translate stdin or --input to stdout or --output
+  translate  translate stdin or --input to stdout or --output (--alignments: word links)
   average    average the last N checkpoints into a new one
   evaluate   BLEU (sacreBLEU and the paper's tokenized BLEU) and chrF on a split
+  attention  one sentence's attention maps (encoder, decoder, encoder-decoder) as PNGs
+  plot       learning curves of runs (--workdir W [W2 ...]), or --positional encodings
   demo       the offline demo end to end: train, average, translate, score
   compile    lower and compile the train step ahead of time: memory and FLOPs
   reproduce  the paper's Tables 2, 3, 4: --plan (default), --run, --report (tx/reproduce.py)
@@ -71,13 +73,34 @@ def _translate(args, cfg) -> int:
     source = open(args.input, encoding="utf-8") if args.input else sys.stdin
     with source:
         lines = [line.rstrip("\r\n") for line in source]
-    outputs = translate(loaded, lines, cfg)
+    if args.alignments:
+        outputs = _aligned(args, cfg, loaded, lines)
+    else:
+        outputs = translate(loaded, lines, cfg)
     text = "".join(o + "\n" for o in outputs)
     if args.output:  # written whole, then renamed: never a half-written file
         workdir.write_atomic(args.output, text)
     else:
         sys.stdout.write(text)
     return 0
+
+
+def _aligned(args, cfg, loaded, lines: list[str]) -> list[str]:
+    """`translation ||| i-j ...` per line (Marian's --alignment layout)."""
+    from tx.alignment import DEFAULT_LAYER, align
+    from tx.translate import translate_pairs
+
+    layer = DEFAULT_LAYER if args.align_layer is None else args.align_layer
+    layers = loaded.model.config.num_decoder_layers
+    if not -layers <= layer < layers:
+        raise SystemExit(
+            f"error: --align_layer {layer}: the model has {layers} decoder layers "
+            f"(0 to {layers - 1}; -1 is the last)"
+        )
+    pairs = translate_pairs(loaded, lines, cfg)
+    links = align(loaded, pairs, layer)
+    decode = loaded.tokenizer.decode
+    return [f"{decode(out)} ||| {a}" for (_, out), a in zip(pairs, links, strict=True)]
 
 
 def _average(args, cfg) -> int:
@@ -92,8 +115,20 @@ def _evaluate(args, cfg) -> int:
     from tx.evaluate import evaluate_split
     from tx.translate import load_model
 
+    if args.by_length and args.bucket_width <= 0:
+        raise SystemExit(f"error: --bucket_width must be positive, got {args.bucket_width}")
     loaded = load_model(cfg, _need_workdir(args), args.checkpoint)
-    result = evaluate_split(cfg, args.workdir, args.split, loaded, args.bootstrap, args.output)
+    width = args.bucket_width if args.by_length else 0
+    result = evaluate_split(
+        cfg, args.workdir, args.split, loaded, args.bootstrap, args.output, width
+    )
+    if args.by_length:
+        from tx.pictures import by_length_picture
+
+        out = args.out or os.path.join(
+            workdir.plots_dir(args.workdir), f"bleu_by_length_{args.split}.png"
+        )
+        result["by_length_png"] = by_length_picture(result, out)
     if args.json:
         print(json.dumps(result))
     elif "f1" in result:
@@ -113,6 +148,38 @@ def _evaluate(args, cfg) -> int:
             f"{args.split}: chrF {result['chrf']:.2f}; {result['num_sentences']} sentences; "
             f"hypotheses in {result['hypotheses_file']}"
         )
+        for b in result.get("by_length", []):
+            print(
+                f"{args.split}: {b['bucket']:>7} words: sacreBLEU {b['bleu']:6.2f} "
+                f"({b['sentences']} sentences)"
+            )
+        if args.by_length:
+            print(f"wrote {result['by_length_png']}")
+    return 0
+
+
+def _attention(args, cfg) -> int:
+    from tx.pictures import attention_pictures
+    from tx.translate import load_model
+
+    loaded = load_model(cfg, _need_workdir(args), args.checkpoint)
+    out = args.out or os.path.join(workdir.plots_dir(args.workdir), "attention")
+    for path in attention_pictures(loaded, cfg, args.text or "", out):
+        print(f"wrote {path}")
+    return 0
+
+
+def _plot(args, cfg) -> int:
+    from tx.pictures import curves_picture, positional_picture
+
+    if args.positional:
+        path = positional_picture(args.d_model, args.out or f"positional_d{args.d_model}.png")
+    elif args.workdirs:
+        out = args.out or os.path.join(workdir.plots_dir(args.workdirs[0]), "curves.png")
+        path = curves_picture(args.workdirs, out)
+    else:
+        raise SystemExit("error: plot needs --workdir W [W2 ...] (learning curves) or --positional")
+    print(f"wrote {path}")
     return 0
 
 
@@ -131,30 +198,29 @@ def _compile(args, cfg) -> int:
     return 0
 
 
-def _reproduce(args, overrides) -> int:
+def _reproduce(args, cfg) -> int:
     from tx.reproduce import main as reproduce
 
     if args.table is None:
-        print("error: reproduce needs --table 2, 3 or 4", file=sys.stderr)
-        return 2
-    try:
-        return reproduce(args, overrides)
-    except _user_errors() as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+        raise ConfigError("reproduce needs --table 2, 3 or 4")
+    return reproduce(args, args.overrides)
 
 
 COMMANDS = {
     "info": _info,
     "compile": _compile,
-    "reproduce": None,  # handled before a config is loaded: see main()
+    "reproduce": _reproduce,
     "train": _train,
     "translate": _translate,
     "average": _average,
     "evaluate": _evaluate,
     "demo": _demo,
+    "attention": _attention,
+    "plot": _plot,
 }
 DEFAULT_CONFIGS = {"demo": "configs/demo.py"}
+# plot reads event files or draws formulas; reproduce brings a config per row.
+NO_CONFIG = ("plot", "reproduce")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -164,7 +230,11 @@ def _parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("command", choices=sorted(COMMANDS))
-    p.add_argument("--workdir", help="run directory (checkpoints, vocabulary, logs)")
+    p.add_argument(
+        "--workdir",
+        nargs="+",
+        help="run directory (checkpoints, vocabulary, logs); plot takes several",
+    )
     p.add_argument("--input", help="translate: read sentences from this file (default stdin)")
     p.add_argument("--output", help="translate / evaluate: write translations to this file")
     p.add_argument("--checkpoint", type=int, help="use this training step's checkpoint")
@@ -173,6 +243,33 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--split", default="test", choices=("dev", "test"), help="evaluate: split")
     p.add_argument("--json", action="store_true", help="evaluate: one JSON object")
+    p.add_argument(
+        "--alignments",
+        action="store_true",
+        help="translate: append ' ||| i-j ...' word alignments (source-target, Pharaoh)",
+    )
+    p.add_argument(
+        "--align_layer",
+        type=int,
+        help="translate --alignments: the decoder layer whose cross-attention aligns "
+        "(default: the last, see tx/alignment.py)",
+    )
+    p.add_argument(
+        "--by-length",
+        "--by_length",
+        dest="by_length",
+        action="store_true",
+        help="evaluate: BLEU per source-length bucket (JSON and a PNG)",
+    )
+    p.add_argument(
+        "--bucket_width", type=int, default=10, help="evaluate --by-length: words per bucket"
+    )
+    p.add_argument("--text", help="attention: the sentence to translate and draw")
+    p.add_argument("--out", help="attention: a directory; plot, evaluate --by-length: a PNG")
+    p.add_argument(
+        "--positional", action="store_true", help="plot: the sinusoidal positional encodings"
+    )
+    p.add_argument("--d_model", type=int, default=512, help="plot --positional: model width")
     p.add_argument("--topology", help="compile: a TPU topology such as v4:2x2x2 (needs libtpu)")
     p.add_argument("--coordinator_address", help="multi-process: HOST:PORT of process 0")
     p.add_argument("--num_processes", type=int, help="multi-process: number of processes")
@@ -206,9 +303,14 @@ def main(argv: list[str] | None = None) -> int:
         logging.getLogger(noisy).setLevel(logging.ERROR)
     rest, config_path, overrides = split_config_args(argv)
     args = _parser().parse_args(rest)
+    args.workdirs, args.workdir = args.workdir or [], (args.workdir or [None])[0]
+    if len(args.workdirs) > 1 and args.command != "plot":
+        print(f"error: {args.command} takes one --workdir", file=sys.stderr)
+        return 2
     initialize(args.coordinator_address, args.num_processes, args.process_id)
-    if args.command == "reproduce":  # each row brings its own config
-        return _reproduce(args, overrides)
+    if args.command in NO_CONFIG:
+        args.overrides = overrides  # reproduce: applied to every row's config
+        return _run(args, None)
     try:
         if config_path is None and args.workdir and args.command not in ("train", "demo"):
             config_path = workdir.require_run(args.workdir)  # the run's resolved config
@@ -220,6 +322,10 @@ def main(argv: list[str] | None = None) -> int:
     if cfg is None:
         print("error: --config FILE is required", file=sys.stderr)
         return 2
+    return _run(args, cfg)
+
+
+def _run(args, cfg) -> int:
     try:
         return COMMANDS[args.command](args, cfg)
     except _user_errors() as e:  # bad input: one clear line, no traceback
@@ -231,6 +337,7 @@ def _user_errors() -> tuple:
     from tx.data.sources import DataError
     from tx.data.tokenizer import VocabularyError
     from tx.loop import Diverged
+    from tx.pictures import PictureError
     from tx.sharding import MeshError
     from tx.translate import StaleAverage
 
@@ -241,6 +348,7 @@ def _user_errors() -> tuple:
         MeshError,
         Diverged,
         StaleAverage,
+        PictureError,
         FileNotFoundError,
     )
 

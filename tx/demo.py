@@ -1,8 +1,10 @@
-"""The offline demo end to end: train, average, translate samples, score the test set."""
+"""The offline demo end to end: train, average, translate samples, score the test set, and
+draw one sentence's attention maps and the run's learning curves."""
 
 from __future__ import annotations
 
 import json
+import os
 import time
 
 import jax
@@ -13,8 +15,11 @@ from tx.data.dataset import split_text
 from tx.evaluate import copy_baseline, evaluate_split
 from tx.loop import train
 from tx.translate import load_model, translate
+from tx.workdir import plots_dir
 
 SAMPLES = 5
+# Fronted time: German puts the verb second, so the alignment crosses (needs-braucht, she-sie).
+ATTENTION_SENTENCE = "Today, she needs the boat."
 
 
 def run_demo(cfg: ml_collections.ConfigDict, workdir: str, say=print) -> dict:
@@ -53,5 +58,17 @@ def run_demo(cfg: ml_collections.ConfigDict, workdir: str, say=print) -> dict:
         f"{summary['copy_source_bleu']}), tokenized BLEU {summary['test_tok_bleu']}, "
         f"chrF {summary['test_chrf']}"
     )
+    summary["pictures"] = draw_pictures(cfg, workdir, loaded)
+    say("\npictures (attention maps of one sentence, learning curves):")
+    say("\n".join(f"  {p}" for p in summary["pictures"]))
     say(json.dumps(summary))
     return summary
+
+
+def draw_pictures(cfg: ml_collections.ConfigDict, workdir: str, loaded) -> list[str]:
+    """ATTENTION_SENTENCE's attention maps and the learning curves, under W/plots/."""
+    from tx.pictures import attention_pictures, curves_picture
+
+    out = plots_dir(workdir)
+    paths = attention_pictures(loaded, cfg, ATTENTION_SENTENCE, os.path.join(out, "attention"))
+    return [*paths, curves_picture([workdir], os.path.join(out, "curves.png"))]

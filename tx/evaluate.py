@@ -14,7 +14,7 @@ from tx.config import model_config
 from tx.data.dataset import split_text
 from tx.data.sources import gold_trees
 from tx.data.tokenizer import Tokenizer
-from tx.metrics import sacrebleu_scores, score_all, tokenized_bleu
+from tx.metrics import bleu_by_length, sacrebleu_scores, score_all, tokenized_bleu
 from tx.model import Transformer
 from tx.translate import LoadedModel, load_model, translate
 
@@ -26,10 +26,12 @@ def evaluate_split(
     loaded: LoadedModel | None = None,
     bootstrap: int = 0,
     output: str | None = None,
+    by_length: int = 0,
 ) -> dict:
     """Translates every sentence of `split` and scores it; hypotheses go to a file.
 
-    Returns score_all's dict plus `hypotheses_file` and `checkpoint`.
+    Returns score_all's dict plus `hypotheses_file` and `checkpoint`, and with `by_length`
+    (a bucket width in source words) `by_length`: metrics.bleu_by_length's buckets.
     """
     loaded = loaded or load_model(cfg, workdir)
     pairs = split_text(cfg.data, split)
@@ -43,6 +45,8 @@ def evaluate_split(
     else:
         result = score_all(hypotheses, references, cfg.data.tgt_lang, bootstrap)
     result.update(hypotheses_file=path, checkpoint=loaded.source, split=split)
+    if by_length:
+        result["by_length"] = bleu_by_length(sources, hypotheses, references, by_length)
     result["search"] = search_recipe(cfg.decode)
     runcard.record_scores(workdir, split, result)
     return result

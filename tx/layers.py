@@ -135,6 +135,35 @@ def attention_logits(query: Array, key: Array) -> Array:
     return logits / np.sqrt(query.shape[-1]).astype(out)
 
 
+def attention_weights(query: Array, key: Array, mask: Array | None) -> Array:
+    """softmax(Q K^T / sqrt(d_k)) with an optional boolean mask: every row sums to 1.
+
+    Args:
+      query: [b, q, h, d]; key: [b, k, h, d].
+      mask: bool, broadcastable to [b, h, q, k]; False positions are excluded.
+
+    Returns:
+      float32 [b, h, q, k].
+    """
+    logits = attention_logits(query, key)
+    if mask is not None:
+        # The paper sets masked logits to -inf; the most negative finite float gives the same
+        # softmax whenever a row has one valid key, and no NaN for an all-padding row.
+        logits = jnp.where(mask, logits, jnp.finfo(logits.dtype).min)
+    return jax.nn.softmax(logits, axis=-1)
+
+
+def attend(
+    weights: Array, value: Array, dropout_rng: Array | None = None, dropout_rate: float = 0.0
+) -> Array:
+    """weights [b, h, q, k] x value [b, k, h, v] -> [b, q, h, v] in the dtype of `value`,
+    with dropout on the weights when `dropout_rng` is given and dropout_rate > 0."""
+    if dropout_rng is not None and dropout_rate > 0.0:
+        keep = jax.random.bernoulli(dropout_rng, 1.0 - dropout_rate, weights.shape)
+        weights = jnp.where(keep, weights / (1.0 - dropout_rate), 0.0)
+    return jnp.einsum("bhqk,bkhv->bqhv", weights.astype(value.dtype), value)
+
+
 def dot_product_attention(
     query: Array,
     key: Array,
@@ -153,16 +182,7 @@ def dot_product_attention(
     Returns:
       [b, q, h, v] in the dtype of `value`.
     """
-    logits = attention_logits(query, key)
-    if mask is not None:
-        # The paper sets masked logits to -inf; the most negative finite float gives the same
-        # softmax whenever a row has one valid key, and no NaN for an all-padding row.
-        logits = jnp.where(mask, logits, jnp.finfo(logits.dtype).min)
-    weights = jax.nn.softmax(logits, axis=-1)
-    if dropout_rng is not None and dropout_rate > 0.0:
-        keep = jax.random.bernoulli(dropout_rng, 1.0 - dropout_rate, weights.shape)
-        weights = jnp.where(keep, weights / (1.0 - dropout_rate), 0.0)
-    return jnp.einsum("bhqk,bkhv->bqhv", weights.astype(value.dtype), value)
+    return attend(attention_weights(query, key, mask), value, dropout_rng, dropout_rate)
 
 
 # Cache entries of cross-attention: the same for every search row of a sentence (see
@@ -240,7 +260,11 @@ class MultiHeadAttention(nn.Module):
         dropout_rng = None
         if not deterministic and self.dropout_rate > 0.0:
             dropout_rng = self.make_rng("dropout")
-        out = dot_product_attention(query, key, value, mask, dropout_rng, self.dropout_rate)
+        weights = attention_weights(query, key, mask)  # [b, h, q, k] float32
+        # Kept only when the caller makes "intermediates" mutable (tx.attention draws them);
+        # otherwise sow is a no-op at trace time: training and search compile as before.
+        self.sow("intermediates", "attention_weights", weights)
+        out = attend(weights, value, dropout_rng, self.dropout_rate)
         out_kernel = self.param(
             "out",
             nn.with_logical_partitioning(_glorot_split((0, 1), (2,)), ("heads", "kv", "embed")),

@@ -108,3 +108,47 @@ def score_all(hypotheses: list[str], references: list[str], lang: str, bootstrap
     if bootstrap:
         out["bleu_95ci"] = bootstrap_interval(hypotheses, references, bootstrap)
     return out
+
+
+def bleu_by_length(
+    sources: list[str],
+    hypotheses: list[str],
+    references: list[str],
+    width: int = 10,
+    open_from: int = 60,
+) -> list[dict]:
+    """sacreBLEU of the sentences in each source-length bucket, for comparing models on long
+    sentences (Bahdanau et al. 2015, Figure 2).
+
+    Lengths are source words (whitespace-separated): comparable across vocabularies. Buckets
+    are 1-`width`, `width`+1-2`width`, ... and one open bucket for the rest, from the first
+    bucket start past `open_from` (1-10, ..., 51-60, 61+ by default); empty buckets are left
+    out. Each bucket's BLEU is a
+    corpus BLEU over its sentences, as sacreBLEU scores a test set.
+
+    Returns:
+      [{"bucket": "11-20", "min_words": 11, "max_words": 20 (None when open), "sentences",
+        "bleu"}] in length order.
+    """
+    if width <= 0:
+        raise ValueError(f"bucket width must be positive, got {width}")
+    groups: dict[int, list[int]] = {}
+    for i, source in enumerate(sources):
+        words = max(len(source.split()), 1)
+        groups.setdefault(min((words - 1) // width, -(-open_from // width)), []).append(i)
+    out = []
+    for b in sorted(groups):
+        idx = groups[b]
+        low = b * width + 1
+        high = None if low > open_from else (b + 1) * width
+        score = BLEU().corpus_score([hypotheses[i] for i in idx], [[references[i] for i in idx]])
+        out.append(
+            {
+                "bucket": f"{low}+" if high is None else f"{low}-{high}",
+                "min_words": low,
+                "max_words": high,
+                "sentences": len(idx),
+                "bleu": score.score,
+            }
+        )
+    return out

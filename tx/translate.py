@@ -174,6 +174,17 @@ def translate(
     loaded: LoadedModel, sentences: list[str], cfg: ml_collections.ConfigDict, nbest: int = 1
 ) -> list[str]:
     """Detokenized translations (best hypothesis), in input order; "" for empty input."""
+    pairs = translate_pairs(loaded, sentences, cfg, nbest)
+    return [loaded.tokenizer.decode(out) for _, out in pairs]
+
+
+def translate_pairs(
+    loaded: LoadedModel, sentences: list[str], cfg: ml_collections.ConfigDict, nbest: int = 1
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per sentence (source ids, best output ids), both without EOS; empty for empty input.
+
+    What `translate` decodes, for callers that need the sub-words too (alignments).
+    """
     positional_limit = cfg.model.max_len if cfg.model.positional == "learned" else None
     todo = [(i, s) for i, s in enumerate(sentences) if s.strip()]
     ids = [np.asarray(loaded.tokenizer.encode(s.strip()), np.int32) for _, s in todo]
@@ -185,10 +196,11 @@ def translate(
                     f"{cfg.decode.max_extra_len} exceed model.max_len="
                     f"{positional_limit} of the learned position table"
                 )
-    out = [""] * len(sentences)
+    empty = np.zeros(0, np.int32)
+    out = [(empty, empty)] * len(sentences)
     if not todo:
         return out
     hyps = translate_ids(loaded, ids, cfg.decode, tuple(cfg.data.bucket_lengths), nbest)
-    for (i, _), h in zip(todo, hyps, strict=True):
-        out[i] = loaded.tokenizer.decode(h[0][0])
+    for (i, _), x, h in zip(todo, ids, hyps, strict=True):
+        out[i] = (x[:-1], h[0][0])
     return out

@@ -9,6 +9,7 @@
     W/tensorboard/          scalars (tx.monitor)
     W/<split>.hyp.<lang>    hypotheses written by evaluate
     W/run_card.json, .md    what the run was and scored (tx.runcard)
+    W/plots/                pictures (tx.plots): curves, attention maps, BLEU by length
 
 A workdir belongs to one model and one vocabulary: resuming it with another is refused.
 """
@@ -83,6 +84,10 @@ def run_card_markdown(workdir: str) -> str:
     return os.path.join(workdir, "run_card.md")
 
 
+def plots_dir(workdir: str) -> str:
+    return os.path.join(workdir, "plots")
+
+
 def require_run(workdir: str) -> str:
     """The run's config.json; NotARun (naming the directory) if training never wrote one."""
     path = config_file(workdir)
@@ -148,9 +153,10 @@ def _lookup(tree: dict, dotted: str):
     return tree
 
 
-def write_atomic(path: str, text: str) -> None:
-    """Writes the whole file under a temporary name, then renames it: never half-written."""
+def write_atomic(path: str, text: str | bytes) -> None:
+    """Writes the whole file (text, or bytes such as a PNG) under a temporary name, then
+    renames it: never half-written."""
     tmp = path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
+    with open(tmp, "wb") if isinstance(text, bytes) else open(tmp, "w", encoding="utf-8") as f:
         f.write(text)
     os.replace(tmp, path)
