@@ -11,30 +11,18 @@ import sys
 import tempfile
 import time
 
-import numpy as np
-
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from common import save  # noqa: E402
 
 from tx.config import load_config  # noqa: E402
 from tx.data import dataset  # noqa: E402
-from tx.data.pipeline import BatchSpec, filter_for_training, padding_efficiency  # noqa: E402
-from tx.data.token_cache import TokenizedSplit  # noqa: E402
-
-
-def wmt_like(n=200_000, seed=0) -> TokenizedSplit:
-    """Sub-word lengths shaped like WMT14 EN-DE under a 37k BPE (log-normal, mean ~30)."""
-    rng = np.random.default_rng(seed)
-    src = np.clip(rng.lognormal(3.2, 0.55, n).astype(int), 2, 400)
-    tgt = np.clip((src * rng.normal(1.1, 0.12, n)).astype(int), 2, 400)
-    zeros = lambda k: np.zeros(int(k), np.int32)  # noqa: E731
-    return TokenizedSplit(
-        zeros(src.sum()),
-        np.concatenate([[0], np.cumsum(src)]),
-        zeros(tgt.sum()),
-        np.concatenate([[0], np.cumsum(tgt)]),
-    )
+from tx.data.pipeline import (  # noqa: E402
+    BatchSpec,
+    filter_for_training,
+    padding_efficiency,
+    wmt_like,
+)
 
 
 def stream_speed(stream, seconds=10.0) -> dict:

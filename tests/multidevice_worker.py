@@ -176,14 +176,21 @@ def _dump_record(out, record, **extra):
 
 def translate_ids_run(out, port=None, pid=None):
     """Decodes fixed token ids with freshly initialised parameters, in 1 or 2 processes."""
+    if port is not None:
+        jax.config.update("jax_cpu_collectives_implementation", "gloo")
+        jax.distributed.initialize(f"localhost:{port}", 2, int(pid))
+    _decode(out, *setup((jax.process_count(), 1, 1)))
+    if port is not None:
+        jax.distributed.shutdown()
+
+
+def _decode(out, trainer, state):
+    """Beam-decodes 9 fixed sentences; process 0 writes per sentence: best ids, best score,
+    runner-up's score."""
     import ml_collections
 
     from tx.translate import LoadedModel, translate_ids
 
-    if port is not None:
-        jax.config.update("jax_cpu_collectives_implementation", "gloo")
-        jax.distributed.initialize(f"localhost:{port}", 2, int(pid))
-    trainer, state = setup((jax.process_count(), 1, 1))
     loaded = LoadedModel(trainer.model, state.params, None, "init", trainer.layout)
     rng = np.random.default_rng(1)
     ids = [np.append(rng.integers(4, 320, n), 1).astype(np.int32) for n in rng.integers(1, 20, 9)]
@@ -192,10 +199,42 @@ def translate_ids_run(out, port=None, pid=None):
     )
     decode.update(temperature=1.0, top_k=0, seed=0)
     hyps = translate_ids(loaded, ids, decode, (8, 16, 32), nbest=2)
-    if jax.process_index() == 0:  # per sentence: best ids, best score, runner-up's score
+    if jax.process_index() == 0:
         json.dump([[h[0][0].tolist(), h[0][1], h[1][1]] for h in hyps], open(out, "w"))
-    if port is not None:
-        jax.distributed.shutdown()
+
+
+def interleaved(out, kind, mapping, what, port, pid):
+    """2 processes x 2 devices on a mesh that interleaves the processes: along the batch axis
+    (kind "data": mesh (4, 1, 1) over devices p0, p1, p0, p1) or with the tensor axis spanning
+    them (kind "tensor": mesh (2, 1, 2), each data shard one device of each process).
+    `mapping` "layout" feeds rows as the library does (Layout.process_rows); "contiguous"
+    replaces that with the old assumption (process p owns rows [p * n/2, (p + 1) * n/2)), which
+    the tests expect to fail. `what`: "sgd" (a training record) or "translate" (decoding)."""
+    from tx import sharding
+
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    jax.distributed.initialize(f"localhost:{port}", 2, int(pid))
+    mine = [[d for d in jax.devices() if d.process_index == p] for p in range(2)]
+    order = [mine[p][i] for i in range(2) for p in range(2)]
+    shape = (4, 1, 1) if kind == "data" else (2, 1, 2)
+    if mapping == "contiguous":
+        p = int(pid)
+        sharding.Layout.process_rows = lambda self, n: np.arange(p * n // 2, (p + 1) * n // 2)
+    if what == "sgd":
+        trainer, _ = setup(shape, order)
+        _check_interleaved(trainer.mesh)
+        state, record = run_sgd(shape, order, rows=trainer.layout.process_rows(ROWS))
+        if jax.process_index() == 0:
+            _dump_record(out, record, processes=jax.process_count())
+    else:
+        _decode(out, *setup(shape, order))
+    jax.distributed.shutdown()
+
+
+def _check_interleaved(mesh):
+    """The mesh kept the requested order: neighbours along its first axis alternate."""
+    owners = [d.process_index for d in mesh.devices.reshape(-1)]
+    assert owners == [0, 1, 0, 1], owners
 
 
 def single(out):
@@ -206,7 +245,7 @@ def single(out):
 if __name__ == "__main__":
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     mode, out, *args = sys.argv[1:]
-    if mode in ("equivalence", "multiprocess", "single") or args[-1:] == ["sgd"]:
+    if mode in ("equivalence", "multiprocess", "single") or "sgd" in args:
         jax.config.update("jax_enable_x64", True)  # the SGD comparisons run in float64
     {
         "equivalence": equivalence_run,
@@ -216,4 +255,5 @@ if __name__ == "__main__":
         "multiprocess": multiprocess,
         "single": single,
         "translate": translate_ids_run,
+        "interleaved": interleaved,
     }[mode](out, *args)

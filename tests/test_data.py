@@ -15,6 +15,7 @@ from tx.data.pipeline import (
     eval_batches,
     filter_for_training,
     plan_epoch,
+    wmt_like,
 )
 from tx.data.token_cache import TokenizedSplit, tokenized
 from tx.data.tokenizer import Tokenizer, VocabularyError, train_tokenizer
@@ -305,8 +306,10 @@ def test_batches_respect_budget_and_cover_each_pair_once(pack):
     plan = plan_epoch(split.src_lengths, split.tgt_lengths, keep, spec, epoch=0)
     seen = []
     for b in plan:
-        # Padded tokens per side are bounded by twice the real-token budget (memory).
-        assert len(b.rows) * b.length <= 2 * 256 and len(b.rows) % 4 == 0
+        # Real rows hold at most twice the real-token budget in padded tokens (memory); the
+        # batch is padded with empty rows to a multiple of the 4 shards.
+        real = [row for row in b.rows if row]
+        assert len(real) * b.length <= 2 * 256 and len(b.rows) % 4 == 0
         for row in b.rows:
             assert split.src_lengths[row].sum() <= b.length
             assert split.tgt_lengths[row].sum() <= b.length
@@ -326,11 +329,10 @@ def test_two_processes_split_each_global_batch(pack):
         max_len=48,
         row_multiple=4,
         pack=pack,
-        process_count=2,
     )
-    streams = [
-        TrainStream(split, keep, dataclasses.replace(base, process_index=p)) for p in range(2)
-    ]
+    # Process p holding the even (p = 0) or odd (p = 1) rows, as an interleaved mesh would.
+    halves = [lambda n, p=p: np.arange(p, n, 2) for p in range(2)]
+    streams = [TrainStream(split, keep, dataclasses.replace(base, local_rows=h)) for h in halves]
     n_batches = len(streams[0].epoch_plan())
     seen = []
     for b in range(n_batches):
@@ -382,19 +384,6 @@ def test_eval_batches_keep_every_sentence_untruncated():
         assert all(lengths[i] <= length for i in idx if i >= 0)
 
 
-def wmt_like(n):
-    """Sub-word lengths shaped like WMT14 EN-DE (log-normal, mean ~30, target ~1.1x source)."""
-    rng = np.random.default_rng(0)
-    src = np.clip(rng.lognormal(3.2, 0.55, n).astype(int), 2, 250)
-    tgt = np.clip((src * rng.normal(1.1, 0.12, n)).astype(int), 2, 250)
-    return TokenizedSplit(
-        np.zeros(src.sum(), np.int32),
-        np.concatenate([[0], np.cumsum(src)]),
-        np.zeros(tgt.sum(), np.int32),
-        np.concatenate([[0], np.cumsum(tgt)]),
-    )
-
-
 def test_padding_efficiency_on_wmt_like_lengths():
     from tx.data.pipeline import padding_efficiency
 
@@ -405,14 +394,42 @@ def test_padding_efficiency_on_wmt_like_lengths():
     keep, _ = filter_for_training(split, 256)
     buckets = padding_efficiency(split, keep, spec)
     assert buckets["efficiency"] > 0.85 and len(buckets["shapes"]) == len(spec.bucket_lengths)
-    # 17 bucket shapes: the rounding of each one's rows to the 8 shards averages out.
     _assert_paper_budget(buckets, mean_within=0.01, side_within=0.05)
     split = wmt_like(100_000)
     keep, _ = filter_for_training(split, 256)
     packed = padding_efficiency(split, keep, dataclasses.replace(spec, pack=True))
-    assert packed["efficiency"] > 0.93 and len(packed["shapes"]) == 1
-    # One shape of ~104 rows, rounded to a multiple of 8: up to 4 rows (3.8%) off the budget.
-    _assert_paper_budget(packed, mean_within=0.04, side_within=0.09)
+    # 102 real rows fill a packed step; 8 shards need 104 rows, and 104 real rows would be 2%
+    # over the budget (more than pipeline.ROW_TOLERANCE), so 2 rows are empty: 2% of the
+    # compute for the budget within 1%. Measured efficiency 0.928 (0.947 on one shard).
+    assert packed["efficiency"] > 0.92 and len(packed["shapes"]) == 1
+    # One shape of ~102 real rows: the rounding to a whole row (0.5%) plus the error of the
+    # mean fill, estimated on a sample of packed rows; observed 1.1% under the budget.
+    _assert_paper_budget(packed, mean_within=0.02, side_within=0.06)
+
+
+def test_tokens_per_step_do_not_depend_on_the_device_count():
+    """Base config on 1, 8, 64 and 512 data shards (no devices needed): real rows, hence real
+    tokens per step, within 1% (pipeline.ROW_TOLERANCE) in every bucket; the empty rows that
+    give every shard a row grow instead (issue 17: once rows were rounded down to the shards,
+    the L=256 bucket got 64 rows instead of 127 on 64 shards)."""
+    from tx.data.pipeline import padding_efficiency
+
+    base = load_config_base()
+    split = wmt_like(300_000)
+    keep, _ = filter_for_training(split, 256)
+    reports = {
+        shards: padding_efficiency(
+            split, keep, BatchSpec(tuple(base.data.bucket_lengths), 25000, 256, shards)
+        )
+        for shards in (1, 8, 64, 512)
+    }
+    one = reports[1]
+    for shards, r in reports.items():
+        for side in ("real_src_tokens_per_step", "real_tgt_tokens_per_step"):
+            assert abs(r[side] - one[side]) <= 0.01 * one[side], (shards, side)
+        for length, b in r["by_length"].items():
+            assert abs(b["rows"] - one["by_length"][length]["rows"]) <= 0.01 * b["rows"]
+            assert b["padded_rows"] % shards == 0 and b["padded_rows"] - b["rows"] < shards
 
 
 def _assert_paper_budget(report, mean_within, side_within):

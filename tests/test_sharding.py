@@ -121,12 +121,13 @@ def test_checkpoint_from_8_devices_restores_on_1_and_4(tmp_path):
         assert json.loads(pathlib.Path(str(out) + ".json").read_text()) == {"epoch": 0, "batch": 3}
 
 
-def two_processes(mode, out, *args):
-    """Runs the worker's `mode` as processes 0 and 1 of a jax.distributed job on localhost."""
+def two_processes(mode, out, *args, devices=1, check=True):
+    """Runs the worker's `mode` as processes 0 and 1 of a jax.distributed job on localhost,
+    each with `devices` CPU devices; returns whether both succeeded (asserted if `check`)."""
     port = _free_port()
     env = {
         **os.environ,
-        "XLA_FLAGS": "--xla_force_host_platform_device_count=1",
+        "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}",
         "JAX_PLATFORMS": "cpu",
     }
     procs = [
@@ -140,9 +141,12 @@ def two_processes(mode, out, *args):
         )
         for i in range(2)
     ]
+    ok = True
     for p in procs:
         log, _ = p.communicate(timeout=600)
-        assert p.returncode == 0, log[-3000:]
+        assert p.returncode == 0 or not check, log[-3000:]
+        ok = ok and p.returncode == 0
+    return ok
 
 
 def _free_port():
@@ -201,3 +205,55 @@ def test_decoding_split_across_two_processes_matches_one(tmp_path):
     for (m_ids, m_best, _), (s_ids, s_best, s_second) in zip(multi, single, strict=True):
         assert m_best == pytest.approx(s_best, abs=SCORE_ATOL)
         assert m_ids == s_ids or s_best - s_second <= 2 * SCORE_ATOL
+
+
+def _decoded_like(multi, single) -> bool:
+    """Every sentence got its own translation (see the test above for the tolerance)."""
+    return len(multi) == len(single) and all(
+        m_best == pytest.approx(s_best, abs=SCORE_ATOL)
+        and (m_ids == s_ids or s_best - s_second <= 2 * SCORE_ATOL)
+        for (m_ids, m_best, _), (s_ids, s_best, s_second) in zip(multi, single, strict=True)
+    )
+
+
+@pytest.mark.multiprocess
+def test_processes_interleaved_along_the_batch_axis(tmp_path):
+    """2 processes x 2 devices, mesh (4, 1, 1) over devices p0, p1, p0, p1: rows go where the
+    layout puts them. Decoding returns each sentence's own translation in input order, and
+    training equals one process; the old contiguous mapping pairs translations wrongly."""
+    single = tmp_path / "single.json"
+    worker("translate", single, devices=1)
+    reference = json.loads(single.read_text())
+    out = tmp_path / "layout.json"
+    two_processes("interleaved", out, "data", "layout", "translate", devices=2)
+    assert _decoded_like(json.loads(out.read_text()), reference)
+    wrong = tmp_path / "contiguous.json"
+    if two_processes(
+        "interleaved", wrong, "data", "contiguous", "translate", devices=2, check=False
+    ):
+        assert not _decoded_like(json.loads(wrong.read_text()), reference)
+    _assert_trains_like_one(tmp_path, "data")
+
+
+@pytest.mark.multiprocess
+def test_tensor_axis_spanning_processes(tmp_path):
+    """Mesh (2, 1, 2) whose tensor pairs are one device of each process: both processes hold
+    every row, so both must supply all of them. Training equals one process; the contiguous
+    mapping (each process half the rows) fails or differs."""
+    _assert_trains_like_one(tmp_path, "tensor")
+    wrong = tmp_path / "contiguous.npz"
+    if two_processes("interleaved", wrong, "tensor", "contiguous", "sgd", devices=2, check=False):
+        errors = equivalence.compare_steps(_record(tmp_path / "sp.npz"), _record(wrong))
+        assert errors["loss"] > equivalence.LOSS_RTOL, errors
+
+
+def _assert_trains_like_one(tmp_path, kind):
+    out = tmp_path / f"{kind}.npz"
+    two_processes("interleaved", out, kind, "layout", "sgd", devices=2)
+    single_out = tmp_path / "sp.npz"
+    if not single_out.exists():
+        worker("single", single_out, devices=1)
+    errors = equivalence.compare_steps(_record(single_out), _record(out))
+    assert errors["loss"] <= equivalence.LOSS_RTOL, errors
+    assert errors["grad"] <= equivalence.GRAD_RTOL, errors
+    assert errors["params_per_step"] <= equivalence.PARAM_STEP_TOL, errors

@@ -1,7 +1,8 @@
 """Command line: python -m tx COMMAND [--config FILE] [--config.key=value ...] [options].
 
 Commands:
-  info       parameter counts (actual and analytic, beside the paper's) as JSON
+  info       parameter counts (actual and analytic, beside the paper's) as JSON; with
+             --devices N also rows and real tokens per step on N devices
   train      train (same as train.py)
   translate  translate stdin or --input to stdout or --output (--alignments: word links)
   average    average the last N checkpoints into a new one
@@ -45,8 +46,32 @@ def _info(args, cfg) -> int:
         report["paper_params_m"] = ref.params_m
         report["ratio_to_paper"] = round(actual["params"] / (ref.params_m * 1e6), 4)
     report["model"] = {k: getattr(mc, k) for k in mc.__dataclass_fields__}
+    if args.devices:
+        report["batches"] = _batches_on(cfg, args.devices, args.workdir)
     print(json.dumps(report, indent=2))
     return 0
+
+
+def _batches_on(cfg, devices: int, run: str | None) -> dict:
+    """Rows and real tokens per step, per batch length, on `devices` devices: the training
+    data's lengths when `run` has its token cache, else a WMT'14-like length model."""
+    from tx.data import dataset
+    from tx.data.pipeline import filter_for_training, padding_efficiency, wmt_like
+    from tx.data.tokenizer import Tokenizer
+    from tx.sharding import data_shards
+
+    shards = data_shards(cfg.mesh, devices)
+    spec = dataset.batch_spec(cfg.data, shards * cfg.train.micro_batches)
+    if run:
+        workdir.require_run(run)
+        tokenizer = Tokenizer(workdir.vocab_file(run))
+        split, lengths = dataset.split_ids(cfg.data, run, tokenizer, "train"), f"train of {run}"
+    else:
+        split, lengths = wmt_like(1_000_000), "a WMT'14 EN-DE-like length model (1M pairs)"
+    keep, _ = filter_for_training(split, cfg.data.max_len)
+    report = padding_efficiency(split, keep, spec)
+    report.pop("shapes")
+    return {"devices": devices, "data_shards": shards, "lengths": lengths, **report}
 
 
 def _need_workdir(args) -> str:
@@ -274,6 +299,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--coordinator_address", help="multi-process: HOST:PORT of process 0")
     p.add_argument("--num_processes", type=int, help="multi-process: number of processes")
     p.add_argument("--process_id", type=int, help="multi-process: this process's index")
+    p.add_argument(
+        "--devices", type=int, help="info: rows and real tokens per step on this many devices"
+    )
     g = p.add_argument_group("reproduce")
     g.add_argument("--table", type=int, help="reproduce: the paper's table (2, 3 or 4)")
     g.add_argument("--rows", help="reproduce: rows of the table, e.g. A1,B1 (default: all)")

@@ -46,8 +46,10 @@ def compile_report(cfg: ml_collections.ConfigDict, devices=None) -> dict:
     state = trainer_lib.abstract_train_state(trainer)
     length = cfg.data.max_len if cfg.data.pack else cfg.data.bucket_lengths[-1]
     multiple = trainer.layout.data_shards * cfg.train.micro_batches
-    # The largest batch the data can produce (padded tokens <= 2 x data.tokens_per_step).
-    rows = dataset.batch_spec(cfg.data, multiple).max_rows(length)
+    # The largest batch the data can produce (2 x data.tokens_per_step padded tokens in real
+    # rows, then empty rows up to a multiple of the data shards x micro-batches).
+    spec = dataset.batch_spec(cfg.data, multiple)
+    rows = spec.padded(spec.max_rows(length))
     batch = {
         k: jax.ShapeDtypeStruct((rows, length), np.int32, sharding=trainer.layout.batch)
         for k in ("inputs", "targets")

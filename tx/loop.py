@@ -132,8 +132,7 @@ def train(
     spec = dataset.batch_spec(
         cfg.data,
         trainer.layout.data_shards * t.micro_batches,
-        jax.process_index(),
-        jax.process_count(),
+        trainer.layout.process_rows,
     )
     stream, counts = dataset.train_stream(cfg.data, workdir, tokenizer, spec, position)
     progress = Progress(t.num_steps, is_main(), progress_stream)

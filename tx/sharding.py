@@ -100,9 +100,7 @@ class Layout:
     @property
     def data_shards(self) -> int:
         """How many ways a batch's rows are split: the mesh axes the `batch` rule uses."""
-        axes = nn.logical_to_mesh_axes(("batch",), self.rules)[0]
-        axes = () if axes is None else (axes,) if isinstance(axes, str) else axes
-        return math.prod(self.mesh.shape[a] for a in axes)
+        return _batch_ways(self.rules, dict(self.mesh.shape))
 
     def tree(self, abstract_boxed) -> object:
         """NamedShardings for a tree whose leaves may be nn.LogicallyPartitioned boxes."""
@@ -118,13 +116,40 @@ class Layout:
             self.tree(abstract_boxed),
         )
 
+    def process_rows(self, rows: int) -> np.ndarray:
+        """The global rows of a [rows, ...] batch this process supplies, in the order
+        `global_batch` / `global_rows` take them: every row block its addressable devices
+        hold, by increasing global index (jax.make_array_from_process_local_data's layout).
+
+        Read from the sharding itself, so it holds for any device order: a mesh that
+        interleaves processes along the batch axis, or a `tensor` axis spanning processes
+        (whose processes then supply the same rows). Every place that splits a global batch
+        between processes (training input, dev loss, decoding) goes through here.
+        """
+        blocks = self.rows.addressable_devices_indices_map((rows,)).values()
+        spans = sorted({(s.start or 0, rows if s.stop is None else s.stop) for (s,) in blocks})
+        return np.concatenate([np.arange(a, b) for a, b in spans]).astype(np.int64)
+
     def global_batch(self, local: dict) -> dict:
-        """This process's rows [rows / processes, length] -> global jax.Arrays."""
+        """This process's rows (`process_rows`) [rows, length] -> global jax.Arrays."""
         return {k: jax.make_array_from_process_local_data(self.batch, v) for k, v in local.items()}
 
     def global_rows(self, local: np.ndarray) -> jax.Array:
-        """This process's per-row values [rows / processes] -> a global jax.Array."""
+        """This process's per-row values (`process_rows`) [rows] -> a global jax.Array."""
         return jax.make_array_from_process_local_data(self.rows, local)
+
+
+def _batch_ways(rules_: tuple, sizes: dict) -> int:
+    axes = nn.logical_to_mesh_axes(("batch",), rules_)[0]
+    axes = () if axes is None else (axes,) if isinstance(axes, str) else axes
+    return math.prod(sizes[a] for a in axes)
+
+
+def data_shards(mesh_cfg: ml_collections.ConfigDict, num_devices: int) -> int:
+    """How many ways batches are split on `num_devices` devices with this mesh config, without
+    the devices (for planning a run on hardware this machine does not have)."""
+    sizes = dict(zip(AXES, mesh_shape(mesh_cfg.shape, num_devices), strict=True))
+    return _batch_ways(rules(mesh_cfg), sizes)
 
 
 def layout(mesh_cfg: ml_collections.ConfigDict, devices=None) -> Layout:

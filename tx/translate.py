@@ -134,7 +134,7 @@ def translate_ids(
                 inputs[r, : lengths[i]] = sources[i]
                 # input length + 50, counting the source's sub-words without its EOS
                 max_lengths[r] = lengths[i] - 1 + decode_cfg.max_extra_len
-        mine = _process_rows(rows)
+        mine = layout.process_rows(rows)
         seqs, scores = _search_batch(
             loaded.model,
             loaded.params,
@@ -149,13 +149,6 @@ def translate_ids(
             if i >= 0:
                 results[i] = [(_strip(seqs[r, j]), float(scores[r, j])) for j in range(nbest)]
     return results
-
-
-def _process_rows(rows: int) -> slice:
-    """This process's rows of a batch every process computes whole (decoding is split across
-    processes and devices along the batch)."""
-    per = rows // jax.process_count()
-    return slice(jax.process_index() * per, (jax.process_index() + 1) * per)
 
 
 def _to_host(x: jax.Array) -> np.ndarray:

@@ -82,16 +82,15 @@ def split_text(data: ml_collections.ConfigDict, split: str) -> list[tuple[str, s
 def batch_spec(
     data: ml_collections.ConfigDict,
     row_multiple: int,
-    process_index: int = 0,
-    process_count: int = 1,
+    local_rows=None,
 ) -> BatchSpec:
+    """`local_rows`: tx.sharding.Layout.process_rows of the run (None: one process)."""
     return BatchSpec(
         bucket_lengths=tuple(data.bucket_lengths),
         tokens_per_step=data.tokens_per_step,
         max_len=data.max_len,
         row_multiple=row_multiple,
-        process_index=process_index,
-        process_count=process_count,
+        local_rows=local_rows,
         seed=data.shuffle_seed,
         pack=data.pack,
     )

@@ -4,28 +4,35 @@ tokens and 25000 target tokens" per batch (section 5.1), counted as real (non-pa
 Training pairs go to the smallest bucket length L >= max(source, target length), and XLA
 compiles one step per bucket length. A bucket's batch has a fixed number of rows, chosen from
 the training data itself: `tokens_per_step` divided by the mean real tokens per row and side
-((source + target) / 2) of the pairs in that bucket, rounded to a multiple of the data shards.
-So every shape is static and the average step holds the paper's budget of real tokens on each
-side (within a few percent: the sides differ in length), whatever the padding. Padded tokens
-per side never exceed 2 x tokens_per_step (`max_rows`), which bounds memory. With `pack=True`,
+((source + target) / 2) of the pairs in that bucket. That number does not depend on the
+devices: the batch is then padded with empty rows (no loss, no gradient) up to a multiple of
+the data shards x micro-batches (`BatchSpec.padded`), so 1 GPU and a 512-chip slice train on
+the same real tokens per step. So every shape is static and the average step holds the paper's
+budget of real tokens on each side (within a few percent: the sides differ in length), whatever
+the padding. Real rows never hold more than 2 x tokens_per_step padded tokens per side
+(`max_rows`), which bounds memory. With `pack=True`,
 pairs are instead packed several to a row of `max_len` tokens (segment ids and per-pair
 positions keep them apart in the model), and the rows per batch come from the mean fill.
 
 The plan of an epoch is a pure function of (lengths, seed, epoch), so the data position
 (epoch, batch) is all a checkpoint needs to resume with the very next batch. Every process
-computes the same plan and materialises only its own rows of each global batch.
+computes the same plan and materialises only its own rows of each global batch: the rows the
+layout says its devices hold (`BatchSpec.local_rows`, tx.sharding.Layout.process_rows).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import numpy as np
 
 from tx.data.token_cache import TokenizedSplit
 
+# Real rows per batch may move this far off the token budget to fill every data shard, rather
+# than compute empty rows: the budget holds within 1% on any device count.
+ROW_TOLERANCE = 0.01
 PACK_SAMPLE = 100_000  # pairs packed to measure the mean fill of a packed row
 POSITION_KEY = "data_position"  # [1, 2] int32 (epoch, batch) after this batch: for checkpoints
 Batch = dict[str, np.ndarray]  # inputs/targets [rows, L] int32 (+ *_segments, *_positions)
@@ -33,36 +40,45 @@ Batch = dict[str, np.ndarray]  # inputs/targets [rows, L] int32 (+ *_segments, *
 
 @dataclasses.dataclass(frozen=True)
 class BatchSpec:
-    """How training batches are cut; `row_multiple` = number of data shards (global) times
-    micro-batches."""
+    """How training batches are cut.
+
+    `row_multiple` = data shards (global) x micro-batches: each batch's rows are padded to a
+    multiple of it. `local_rows(n)` = the global rows of an n-row batch this process supplies
+    (tx.sharding.Layout.process_rows); None = all of them (one process).
+    """
 
     bucket_lengths: tuple[int, ...]
     tokens_per_step: int  # real tokens per side per step, on average (global)
     max_len: int
     row_multiple: int = 1
-    process_index: int = 0
-    process_count: int = 1
+    local_rows: Callable[[int], np.ndarray] | None = None
     seed: int = 0
     pack: bool = False
 
     def max_rows(self, length: int) -> int:
-        """The most rows a batch of padded length `length` may have: 2 x the budget padded."""
-        multiple = self.row_multiple
-        rows = (2 * self.tokens_per_step // length) // multiple * multiple
-        if rows == 0:
-            raise ValueError(
-                f"data.tokens_per_step={self.tokens_per_step} cannot hold {multiple} rows (one "
-                f"per data shard and micro-batch) of length {length}; raise "
-                "data.tokens_per_step or lower the bucket lengths"
-            )
-        return rows
+        """The most real rows a batch of padded length `length` holds: 2 x the budget."""
+        return max(2 * self.tokens_per_step // length, 1)
 
     def rows_for(self, length: int, mean_tokens: float) -> int:
-        """Rows whose real tokens per side add up to the budget, given the mean real tokens
-        per row and side; a multiple of `row_multiple`, at least one per shard."""
-        multiple = self.row_multiple
-        rows = round(self.tokens_per_step / max(mean_tokens, 1.0) / multiple) * multiple
-        return min(max(rows, multiple), self.max_rows(length))
+        """Real rows whose tokens per side add up to the budget, given the mean real tokens
+        per row and side, on any number of devices: a multiple of `row_multiple` when one
+        lies within ROW_TOLERANCE of the budget (no empty rows to compute), else the nearest
+        whole number (`padded` then adds empty rows)."""
+        target = self.tokens_per_step / max(mean_tokens, 1.0)
+        cap = self.max_rows(length)
+        aligned = round(target / self.row_multiple) * self.row_multiple
+        if 0 < aligned <= cap and abs(aligned - target) <= ROW_TOLERANCE * target:
+            return aligned
+        return min(max(round(target), 1), cap)
+
+    def padded(self, rows: int) -> int:
+        """`rows` rounded up to a multiple of `row_multiple`: every data shard and micro-batch
+        gets as many rows; the added rows are empty (they carry no loss)."""
+        return -(-rows // self.row_multiple) * self.row_multiple
+
+    def mine(self, rows: int) -> np.ndarray:
+        """The global rows of a `rows`-row batch this process materializes."""
+        return np.arange(rows) if self.local_rows is None else self.local_rows(rows)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,7 +111,8 @@ def filter_for_training(split: TokenizedSplit, max_len: int) -> tuple[np.ndarray
 def step_rows(
     src_len: np.ndarray, tgt_len: np.ndarray, keep: np.ndarray, spec: BatchSpec
 ) -> dict[int, int]:
-    """Global rows per batch for each padded length: the real-token budget, on average.
+    """Real (non-empty) rows per batch for each padded length: the real-token budget, on
+    average, independent of the devices (batches are then padded: `BatchSpec.padded`).
 
     A pure function of the lengths (and the seed, for packing), so every process and every
     resume computes the same shapes.
@@ -138,7 +155,7 @@ def plan_epoch(
     order = keep[rng.permutation(len(keep))]
     if spec.pack:
         packed = _pack_rows(order, src_len, tgt_len, spec)
-        batches = _batch_packed(packed, spec.max_len, rows[spec.max_len])
+        batches = _batch_packed(packed, spec.max_len, rows[spec.max_len], spec.padded)
     else:
         batches = _bucket(order, src_len, tgt_len, spec, rows)
     return [batches[i] for i in rng.permutation(len(batches))]
@@ -152,7 +169,8 @@ def _bucket(order, src_len, tgt_len, spec: BatchSpec, rows_of: dict) -> list[Pla
         rows = rows_of[int(length)]
         for start in range(0, len(members), rows):
             chunk = [[int(i)] for i in members[start : start + rows]]
-            chunk += [[] for _ in range(rows - len(chunk))]  # the bucket's last batch
+            # Empty rows: the bucket's last batch, and up to a multiple of the data shards.
+            chunk += [[] for _ in range(spec.padded(rows) - len(chunk))]
             batches.append(PlannedBatch(int(length), chunk))
     return batches
 
@@ -177,20 +195,21 @@ def _pack_rows(order, src_len, tgt_len, spec: BatchSpec, open_rows: int = 16) ->
     return done
 
 
-def _batch_packed(done: list[list[int]], length: int, rows_per_batch: int) -> list[PlannedBatch]:
+def _batch_packed(
+    done: list[list[int]], length: int, rows_per_batch: int, padded
+) -> list[PlannedBatch]:
     batches = []
     for start in range(0, len(done), rows_per_batch):
         rows = done[start : start + rows_per_batch]
-        rows += [[] for _ in range(rows_per_batch - len(rows))]
+        rows += [[] for _ in range(padded(rows_per_batch) - len(rows))]
         batches.append(PlannedBatch(length, rows))
     return batches
 
 
 def materialize(batch: PlannedBatch, split: TokenizedSplit, spec: BatchSpec) -> Batch:
-    """This process's rows of a global batch as padded int32 arrays."""
-    per_process = len(batch.rows) // spec.process_count
-    mine = batch.rows[spec.process_index * per_process : (spec.process_index + 1) * per_process]
-    shape = (per_process, batch.length)
+    """This process's rows of a global batch (`spec.mine`) as padded int32 arrays."""
+    mine = [batch.rows[i] for i in spec.mine(len(batch.rows))]
+    shape = (len(mine), batch.length)
     out = {k: np.zeros(shape, np.int32) for k in ("inputs", "targets")}
     if spec.pack:
         for k in ("inputs_segments", "inputs_positions", "targets_segments", "targets_positions"):
@@ -219,11 +238,6 @@ class TrainStream:
     def __init__(
         self, split: TokenizedSplit, keep: np.ndarray, spec: BatchSpec, position: dict | None = None
     ):
-        if spec.process_count > 1 and spec.row_multiple % spec.process_count:
-            raise ValueError(
-                f"data shards ({spec.row_multiple}) must be a multiple of the process count "
-                f"({spec.process_count})"
-            )
         if len(keep) == 0:
             raise ValueError("no training pairs left after filtering (see data.max_len)")
         self.split, self.keep, self.spec = split, keep, spec
@@ -258,19 +272,48 @@ class TrainStream:
 
 
 def padding_efficiency(split: TokenizedSplit, keep: np.ndarray, spec: BatchSpec) -> dict:
-    """Over one epoch's batches: non-padding / all tokens (both sides together), and the mean
-    real source and target tokens per step (the paper's "about 25,000" each)."""
+    """Over one epoch's batches: non-padding / all tokens (both sides together), the mean
+    real source and target tokens per step (the paper's "about 25,000" each), and per batch
+    length its rows (real and padded to the shards) and mean real tokens per batch."""
     src_len, tgt_len = split.src_lengths, split.tgt_lengths
     plan = plan_epoch(src_len, tgt_len, keep, spec, 0)
     real_src, real_tgt = int(src_len[keep].sum()), int(tgt_len[keep].sum())
     total = sum(2 * len(b.rows) * b.length for b in plan)
+    per_length = {}
+    for length, rows in step_rows(src_len, tgt_len, keep, spec).items():
+        batches = [b for b in plan if b.length == length]
+        src = sum(int(src_len[i].sum()) for b in batches for i in b.rows if i)
+        tgt = sum(int(tgt_len[i].sum()) for b in batches for i in b.rows if i)
+        per_length[length] = {
+            "rows": rows,
+            "padded_rows": spec.padded(rows),
+            "batches": len(batches),
+            "real_src_tokens": src / max(len(batches), 1),
+            "real_tgt_tokens": tgt / max(len(batches), 1),
+        }
     return {
         "efficiency": (real_src + real_tgt) / total,
         "batches": len(plan),
         "real_src_tokens_per_step": real_src / len(plan),
         "real_tgt_tokens_per_step": real_tgt / len(plan),
         "shapes": sorted({(len(b.rows), b.length) for b in plan}),
+        "by_length": per_length,
     }
+
+
+def wmt_like(n: int, seed: int = 0) -> TokenizedSplit:
+    """Sub-word lengths shaped like WMT'14 EN-DE under a 37k BPE (log-normal, mean ~30 per
+    side, target ~1.1x source), token ids all 0: for planning batches when the data itself
+    is not at hand (`tx info --devices N`, benchmarks, tests)."""
+    rng = np.random.default_rng(seed)
+    src = np.clip(rng.lognormal(3.2, 0.55, n).astype(int), 2, 400)
+    tgt = np.clip((src * rng.normal(1.1, 0.12, n)).astype(int), 2, 400)
+    return TokenizedSplit(
+        np.zeros(src.sum(), np.int32),
+        np.concatenate([[0], np.cumsum(src)]),
+        np.zeros(tgt.sum(), np.int32),
+        np.concatenate([[0], np.cumsum(tgt)]),
+    )
 
 
 def eval_batches(
