@@ -5,7 +5,7 @@ import json
 import pytest
 import treebank
 
-from tx import reproduce, runcard
+from tx import report, reproduce, runcard, tables
 from tx.__main__ import main
 from tx.config import load_config
 from tx.counting import analytic_param_count
@@ -96,7 +96,7 @@ def test_bad_arguments_are_one_line_errors(capsys, args, message):
     assert err.startswith("error: ") and message in err and "Traceback" not in err
 
 
-@pytest.mark.parametrize("row", [r.name for r in reproduce.TABLES[3]])
+@pytest.mark.parametrize("row", [r.name for r in tables.TABLES[3]])
 def test_mini_keeps_each_rows_proportions(root, row):
     full = load_config(str(root / "configs" / f"table3.py:{row}"))
     mini = load_config(str(root / "configs" / f"mini.py:table3.py:{row}"))
@@ -121,7 +121,7 @@ def test_direction_against_base():
     unmeasured = {"row": "A1", "paper": {"dev_ppl": 5.29}, "measured": {"status": "not run"}}
     pairs = [(worse, "agrees"), (better, "disagrees"), (same, "paper: equal"), (unmeasured, None)]
     for entry, expected in pairs:
-        assert reproduce._direction(entry, base, "dev_ppl", "dev_ppl") == expected
+        assert report._direction(entry, base, "dev_ppl", "dev_ppl") == expected
 
 
 def test_plan_run_report_on_two_mini_rows(capsys, tmp_path):

@@ -14,7 +14,6 @@ rows one after another with the same train / average / evaluate functions as the
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import glob
 import json
 import os
@@ -24,100 +23,30 @@ import jax
 import ml_collections
 
 from tx import runcard
-from tx import workdir as wd
-from tx.config import ConfigError, load_config, model_config
+from tx.config import ConfigError, model_config
 from tx.counting import param_counts, train_flops_per_step
 from tx.monitor import peak_tflops
+from tx.report import report
+from tx.tables import (
+    BASE_ROW,
+    CONFIGS,
+    TABLES,
+    ReproduceError,
+    Row,
+    Scale,
+    load_row,
+    row_workdir,
+    select,
+    spec,
+)
 
-CONFIGS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs")
 BENCHMARK_RESULTS = os.path.join(os.path.dirname(CONFIGS), "benchmarks", "results")
-SCALES = ("full", "mini")
 # Padded tokens per sentence assumed for the attention-score FLOPs of a plan (WMT'14 EN-DE
 # sentences average about 27-30 word pieces); those terms are under 2% of the total.
 PLAN_LENGTH = 32
 # MFU assumed when neither --mfu nor a benchmarks/results figure for the hardware exists:
 # the paper's base ran at about 29% of its GPUs' assumed peak and big at about 42%.
 DEFAULT_MFU = 0.35
-
-
-@dataclasses.dataclass(frozen=True)
-class Row:
-    name: str  # the row's name in the paper's table: "A1", "base_ende", "wsj"
-    config: str  # a config of configs/, with its argument: "table3.py:A1"
-    split: str  # the split the table reports: "dev" (Table 3) or "test"
-
-
-TABLES = {
-    2: (
-        Row("base_ende", "base.py", "test"),
-        Row("big_ende", "big.py", "test"),
-        Row("base_enfr", "base_enfr.py", "test"),
-        Row("big_enfr", "big_enfr.py", "test"),
-    ),
-    3: tuple(
-        Row(name, f"table3.py:{name}", "dev")
-        for name in ("base", "A1", "A2", "A3", "A4", "B1", "B2")
-        + tuple(f"C{i}" for i in range(1, 8))
-        + ("D1", "D2", "D3", "D4", "E", "big")
-    ),
-    4: (Row("wsj", "table4.py:wsj", "test"), Row("semi", "table4.py:semi", "test")),
-}
-BASE_ROW = {2: "base_ende", 3: "base", 4: "wsj"}  # what a row's changes are listed against
-
-
-class ReproduceError(ValueError):
-    """A bad --table, --rows, --scale or --hardware."""
-
-
-def select(table: int, names: str | None) -> list[Row]:
-    """The rows of `table` named in `names` ("A1,B1"; None = all), in the table's order."""
-    if table not in TABLES:
-        raise ReproduceError(f"--table {table}: choose one of {sorted(TABLES)}")
-    rows = TABLES[table]
-    if not names:
-        return list(rows)
-    wanted = [n.strip() for n in names.split(",") if n.strip()]
-    known = {r.name for r in rows}
-    unknown = [n for n in wanted if n not in known]
-    if unknown:
-        raise ReproduceError(
-            f"--rows: Table {table} has no row {', '.join(unknown)}; its rows: "
-            + ", ".join(r.name for r in rows)
-        )
-    return [r for r in rows if r.name in wanted]
-
-
-@dataclasses.dataclass(frozen=True)
-class Scale:
-    """`full` (the paper's configs) or `mini` (configs/mini.py), with mini's step budget."""
-
-    name: str = "full"
-    steps: int | None = None  # mini: steps for a 100k-step row (None: configs/mini.py's)
-
-    def __post_init__(self):
-        if self.name not in SCALES:
-            raise ReproduceError(f"--scale {self.name}: choose one of {', '.join(SCALES)}")
-        if self.steps is not None and (self.name != "mini" or self.steps < 1):
-            raise ReproduceError("--steps N (N >= 1) is a step budget for --scale mini")
-
-
-def spec(row: Row, scale: Scale) -> str:
-    """The --config argument of a row: `configs/table3.py:A1`, `configs/mini.py:table3.py:A1`."""
-    if scale.name == "full":
-        return f"configs/{row.config}"
-    budget = f",steps={scale.steps}" if scale.steps else ""
-    return f"configs/mini.py:{row.config}{budget}"
-
-
-def load_row(row: Row, scale: Scale, overrides=()) -> ml_collections.ConfigDict:
-    """The row's config, loaded from the repository's configs/ whatever the current directory."""
-    path = os.path.join(os.path.dirname(CONFIGS), spec(row, scale))
-    return load_config(path, overrides)
-
-
-def row_workdir(root: str, table: int, row: Row, scale: Scale) -> str:
-    suffix = "" if scale.name == "full" else f"-{scale.name}"
-    return os.path.join(root, f"table{table}{suffix}", row.name)
 
 
 # ---------------------------------------------------------------------------------------
@@ -323,206 +252,6 @@ def _scores_line(s: dict) -> str:
     if "f1" in s:
         return f"bracketing F1 {s['f1']:.2f}"
     return f"tokenized BLEU {s['tok_bleu']:.2f}, sacreBLEU {s['bleu']:.2f}"
-
-
-# ---------------------------------------------------------------------------------------
-# --report
-
-
-def measured(table: int, row: Row, card: dict | None) -> dict:
-    """What the row's run card says, in the table's columns (None where not measured)."""
-    if card is None:
-        return {"status": "not run"}
-    t = card["totals"]
-    cfg = card["config"]
-    steps, target = t["steps"], cfg["train"]["num_steps"]
-    score = card.get("scores", {}).get(row.split, {})
-    if steps < target:
-        status = f"training: step {steps} of {target}"
-    elif score.get("trained_steps") != target:
-        status = "trained; not evaluated"
-    else:
-        status = "done"
-    out = {"status": status, "steps": steps, "scale": card.get("reproduce", {}).get("scale")}
-    out["params"] = param_counts(model_config(ml_collections.ConfigDict(cfg)))["params"]
-    dev = card.get("dev", {})
-    if dev.get("step") == steps:
-        out["dev_ppl"] = dev.get("dev_perplexity")
-    for key in ("tok_bleu", "bleu", "bleu_signature", "tok_bleu_recipe", "f1", "checkpoint"):
-        if key in score:
-            out[key] = score[key]
-    out.update(
-        model_flops=t["model_flops"],
-        cost_flops_paper_way=t["cost_flops_paper_way"],
-        wall_hours=t["wall_secs"] / 3600,
-        mean_mfu=t["mean_mfu"],
-        hardware=sorted({_hw(s["hardware"]) for s in card.get("segments", [])}),
-        averaged=card.get("average", {}).get("steps"),
-        src_tokens=t["src_tokens"],
-        tgt_tokens=t["tgt_tokens"],
-    )
-    return out
-
-
-def _hw(h: dict) -> str:
-    return f"{h['devices']} x {h['device_kind']}"
-
-
-def report(table, rows, scale, root, results_dir="results") -> tuple[str, str]:
-    """Writes results/table<N>.md and .json from the run cards; returns their paths."""
-    entries = []
-    for row in rows:
-        workdir = row_workdir(root, table, row, scale)
-        card = runcard.load(workdir)
-        cfg = card["config"] if card else runcard.resolved(load_row(row, scale))
-        paper = {k: v for k, v in (cfg.get("reference") or {}).items() if v is not None}
-        entries.append(
-            {
-                "row": row.name,
-                "config": spec(row, scale),
-                "workdir": workdir,
-                "paper": paper,
-                "measured": measured(table, row, card),
-            }
-        )
-    if table == 3:
-        _directions(entries)
-    stem = f"table{table}" + ("" if scale.name == "full" else f"-{scale.name}")
-    os.makedirs(results_dir, exist_ok=True)
-    md, js = os.path.join(results_dir, stem + ".md"), os.path.join(results_dir, stem + ".json")
-    now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-    data = {"table": table, "scale": scale.name, "generated": now, "rows": entries}
-    wd.write_atomic(js, json.dumps(data, indent=2) + "\n")
-    wd.write_atomic(md, MARKDOWN[table](data))
-    return md, js
-
-
-def _directions(entries: list[dict]) -> None:
-    """Table 3: does each row move dev PPL and BLEU the way the paper's row does, vs base?"""
-    base = next((e for e in entries if e["row"] == "base"), None)
-    if base is None:
-        return
-    for e in entries:
-        if e is base:
-            continue
-        e["direction"] = {
-            col: _direction(e, base, ours, theirs)
-            for col, ours, theirs in (
-                ("ppl", "dev_ppl", "dev_ppl"),
-                ("bleu", "tok_bleu", "dev_bleu"),
-            )
-        }
-
-
-def _direction(e, base, ours_key, paper_key) -> str | None:
-    """ "agrees" / "disagrees" / "paper: equal" / None (not measured)."""
-    p_row, p_base = e["paper"].get(paper_key), base["paper"].get(paper_key)
-    o_row, o_base = e["measured"].get(ours_key), base["measured"].get(ours_key)
-    if None in (p_row, p_base, o_row, o_base):
-        return None
-    paper_sign = (p_row > p_base) - (p_row < p_base)
-    if paper_sign == 0:
-        return "paper: equal"
-    ours_sign = (o_row > o_base) - (o_row < o_base)
-    if ours_sign == 0:
-        return "ours: equal"
-    return "agrees" if ours_sign == paper_sign else "disagrees"
-
-
-def _num(value, fmt: str) -> str:
-    return "-" if value is None else format(value, fmt)
-
-
-def _pair(ours, paper, fmt) -> str:
-    return f"{_num(ours, fmt)} / {_num(paper, fmt)}"
-
-
-def _title(data: dict, what: str) -> list[str]:
-    scale = data["scale"]
-    note = (
-        " Mini scale (configs/mini.py): each row's change on a small model and the demo "
-        "corpus, so only the direction of each change can be compared with the paper."
-        if scale == "mini"
-        else ""
-    )
-    return [
-        f"# Table {data['table']}: {what}",
-        "",
-        f"Measured (ours) beside the paper's figure; built from run cards on {data['generated']}."
-        + note,
-        "",
-    ]
-
-
-def _table3_md(data: dict) -> str:
-    lines = _title(data, "variations of the base model (dev set)") + [
-        "| Row | Params (M) ours / paper | Dev PPL ours / paper | Dev BLEU ours / paper "
-        "| sacreBLEU | Steps ours / paper | Direction vs base (PPL, BLEU) | Status |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
-    for e in data["rows"]:
-        m, p, d = e["measured"], e["paper"], e.get("direction", {})
-        params = m.get("params")
-        lines.append(
-            f"| {e['row']} | {_pair(params and params / 1e6, p.get('params_m'), '.1f')} "
-            f"| {_pair(m.get('dev_ppl'), p.get('dev_ppl'), '.2f')} "
-            f"| {_pair(m.get('tok_bleu'), p.get('dev_bleu'), '.1f')} "
-            f"| {_num(m.get('bleu'), '.1f')} "
-            f"| {m.get('steps', '-')} / {_paper_steps(e)} "
-            f"| {d.get('ppl') or '-'}, {d.get('bleu') or '-'} | {m['status']} |"
-        )
-    lines += [
-        "",
-        "Dev BLEU is tokenized (the paper's way); the recipe and sacreBLEU signature "
-        "are in the JSON beside every score.",
-    ]
-    return "\n".join(lines) + "\n"
-
-
-def _paper_steps(entry: dict) -> str:
-    return "300K" if entry["row"] == "big" else "100K"
-
-
-def _table2_md(data: dict) -> str:
-    lines = _title(data, "newstest2014 BLEU and training cost") + [
-        "| Model | BLEU ours / paper | sacreBLEU (signature) | Cost, the paper's way: ours / "
-        "paper (FLOPs) | Model FLOPs (ours) | Hardware, hours | Averaged | Status |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
-    for e in data["rows"]:
-        m, p = e["measured"], e["paper"]
-        sacre = f"{m['bleu']:.1f} ({m.get('bleu_signature')})" if m.get("bleu") is not None else "-"
-        hw = "; ".join(m.get("hardware", [])) or "-"
-        hours = _num(m.get("wall_hours"), ".3g")
-        lines.append(
-            f"| {e['row']} | {_pair(m.get('tok_bleu'), p.get('test_bleu'), '.2f')} | {sacre} "
-            f"| {_pair(m.get('cost_flops_paper_way'), p.get('train_cost_flops'), '.2g')} "
-            f"| {_num(m.get('model_flops'), '.2g')} | {hw}, {hours} "
-            f"| {m.get('averaged') or '-'} | {m['status']} |"
-        )
-    lines += [
-        "",
-        "BLEU is tokenized and compound-split as the paper's (recipe in the JSON); cost the "
-        "paper's way = wall time x devices x each device's peak FLOP/s (tx.runcard.totals).",
-    ]
-    return "\n".join(lines) + "\n"
-
-
-def _table4_md(data: dict) -> str:
-    lines = _title(data, "English constituency parsing (WSJ section 23)") + [
-        "| Training data | F1 ours / paper | Steps | Status |",
-        "|---|---|---|---|",
-    ]
-    for e in data["rows"]:
-        m, p = e["measured"], e["paper"]
-        lines.append(
-            f"| {e['row']} | {_pair(m.get('f1'), p.get('test_f1'), '.1f')} "
-            f"| {m.get('steps', '-')} | {m['status']} |"
-        )
-    return "\n".join(lines) + "\n"
-
-
-MARKDOWN = {2: _table2_md, 3: _table3_md, 4: _table4_md}
 
 
 def main(args, overrides) -> int:
