@@ -47,6 +47,32 @@ def test_translate_cli_reads_stdin_and_files(root, workdir, tmp_path):
     assert (tmp_path / "out.txt").read_text() == out
 
 
+def run_tx_fails(root, *args, stdin=None):
+    """A command that must fail as a user error: exit 2, one line, no traceback."""
+    res = subprocess.run(
+        [sys.executable, "-m", "tx", *args], cwd=root, input=stdin, capture_output=True, timeout=600
+    )
+    err = res.stderr.decode()
+    assert res.returncode == 2, err[-3000:]
+    assert "Traceback" not in err and err.count("error: ") == 1, err[-3000:]
+    return err
+
+
+def test_translate_input_invalid_utf8_bom_and_crlf(root, workdir, tmp_path):
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes(b"The dog sees a cat.\nWe count \xff birds.\n")
+    err = run_tx_fails(root, "translate", "--workdir", workdir, "--input", str(bad))
+    assert f"error: {bad}:2: invalid UTF-8 at byte offset 29 " in err
+    err = run_tx_fails(root, "translate", "--workdir", workdir, stdin=bad.read_bytes())
+    assert "error: <stdin>:2: invalid UTF-8 at byte offset 29 " in err
+    # A BOM and Windows line ends change nothing: the same translations as plain text.
+    plain = "The dog sees a cat.\n\nWe count three small birds.\n"
+    windows = tmp_path / "windows.txt"
+    windows.write_bytes(b"\xef\xbb\xbf" + plain.replace("\n", "\r\n").encode())
+    got = run_tx(root, "translate", "--workdir", workdir, "--input", str(windows))
+    assert got == run_tx(root, "translate", "--workdir", workdir, stdin=plain)
+
+
 def test_average_then_evaluate_json(root, workdir):
     avg = json.loads(run_tx(root, "average", "--workdir", workdir, "--last", "3").splitlines()[-1])
     assert avg["steps"] == [10, 15, 20]

@@ -37,6 +37,8 @@ def test_overrides_apply_and_types_are_checked(root):
         ("decode.strategy=nucleus", "decode.strategy"),
         ("decode.temperature=0.0", "decode.temperature"),
         ("decode.top_k=-1", "decode.top_k"),
+        ("data.on_bad_line=ignore", "data.on_bad_line"),
+        ("mesh.heartbeat_timeout_secs=0", "mesh.heartbeat_timeout_secs"),
     ],
 )
 def test_invalid_configs_name_the_key(root, override, key):
@@ -49,6 +51,21 @@ def test_config_knows_every_search_strategy():
     from tx.search import STRATEGIES
 
     assert SEARCH_STRATEGIES == STRATEGIES
+
+
+def test_config_knows_every_bad_line_policy():
+    from tx.config import ON_BAD_LINE
+    from tx.data import sources
+
+    assert ON_BAD_LINE == sources.ON_BAD_LINE
+
+
+def test_a_run_config_from_before_later_keys_loads_with_their_defaults(root, tmp_path):
+    saved = json.loads(load_config(base(root)).to_json_best_effort())
+    del saved["data"]["on_bad_line"], saved["mesh"]["heartbeat_timeout_secs"]
+    (tmp_path / "config.json").write_text(json.dumps(saved))
+    cfg = load_config(str(tmp_path / "config.json"))
+    assert cfg.data.on_bad_line == "error" and cfg.mesh.heartbeat_timeout_secs == 100
 
 
 def test_table3_rows_load(root):

@@ -108,6 +108,64 @@ def test_text_source_invalid_utf8_names_file_and_line(tmp_path):
         list(sources.text_split(str(tmp_path / "y"), "en", "de"))
 
 
+def test_invalid_utf8_error_names_line_and_byte_offset_of_the_file(tmp_path):
+    write(tmp_path / "y.en", "ok\nfine\nthird\n")
+    write(tmp_path / "y.de", b"gut\nsch\xc3\xb6n \xff\nok\n", mode="wb")
+    with pytest.raises(sources.DataError) as e:
+        list(sources.text_split(str(tmp_path / "y"), "en", "de"))
+    # Byte 4 starts line 2; "schön " is 7 bytes, so the 0xff is at offset 11.
+    assert str(e.value).startswith(f"{tmp_path}/y.de:2: invalid UTF-8 at byte offset 11 ")
+    assert "\\xff" in str(e.value) and "data.on_bad_line=skip" in str(e.value)
+    assert open(tmp_path / "y.de", "rb").read()[11:12] == b"\xff"
+
+
+def test_on_bad_line_skip_leaves_out_the_pair_and_counts_it(tmp_path, caplog):
+    write(tmp_path / "s.en", b"one\ntw\xe9o\nthree\nfour\n", mode="wb")  # Latin-1 \xe9
+    write(tmp_path / "s.de", b"eins\nzwei\ndrei\nvi\x80er\n", mode="wb")
+    strict = sources.text_split(str(tmp_path / "s"), "en", "de")
+    skip = sources.text_split(str(tmp_path / "s"), "en", "de", on_bad_line="skip")
+    with caplog.at_level("WARNING"):
+        assert list(skip) == [("one", "eins"), ("three", "drei")]  # both sides stay aligned
+    assert "left out 2 pair(s) with invalid UTF-8 (lines 2, 4)" in caplog.text
+    assert "s.en:2: invalid UTF-8" in caplog.text  # the first one, in full
+    assert skip.fingerprint != strict.fingerprint  # their token caches never mix
+
+
+def test_dev_and_test_text_never_skip_bad_lines(tmp_path, tiny):
+    write(tmp_path / "d.en", b"a\n\xff\n", mode="wb")
+    write(tmp_path / "d.de", "a\nb\n")
+    data = tiny(
+        "data.source=text",
+        f"data.train_prefix={tmp_path}/d",
+        f"data.dev_prefix={tmp_path}/d",
+        "data.on_bad_line=skip",
+    ).data
+    assert list(sources.load_split(data, "train")) == [("a", "a")]
+    with pytest.raises(sources.DataError, match=r"d\.en:2: invalid UTF-8") as e:
+        list(sources.load_split(data, "dev"))
+    assert "on_bad_line" not in str(e.value)  # not offered: a test set is scored whole
+
+
+def test_bom_and_crlf_are_not_text_anywhere_else_they_are(tmp_path):
+    write(tmp_path / "b.en", b"\xef\xbb\xbfHello\r\nWorld\r\n", mode="wb")
+    write(tmp_path / "b.de", b"Hallo\n\xef\xbb\xbfWelt\rx\n", mode="wb")
+    pairs = list(sources.text_split(str(tmp_path / "b"), "en", "de"))
+    assert pairs == [("Hello", "Hallo"), ("World", "\ufeffWelt\rx")]
+    lines = sources.read_lines([b"\xef\xbb\xbfa\r\n", b"\r\n", b"b\r\r\n", b"c"], "<stdin>")
+    assert lines == ["a", "", "b\r", "c"]  # one CR before LF is the line end, no more
+
+
+def test_utf16_and_empty_files_are_named(tmp_path):
+    write(tmp_path / "u.en", "hello\n".encode("utf-16"), mode="wb")
+    write(tmp_path / "u.de", "hallo\n")
+    with pytest.raises(sources.DataError, match=r"u\.en starts with a UTF-16 byte order mark"):
+        list(sources.text_split(str(tmp_path / "u"), "en", "de"))
+    write(tmp_path / "e.en", "")
+    write(tmp_path / "e.de", "")
+    with pytest.raises(sources.DataError, match=r"e\.en and .*e\.de are empty"):
+        sources.text_split(str(tmp_path / "e"), "en", "de")
+
+
 def test_text_source_missing_file(tmp_path):
     write(tmp_path / "z.en", "a\n")
     with pytest.raises(sources.DataError, match=r"not found: .*z\.de"):

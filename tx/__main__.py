@@ -64,12 +64,15 @@ def _train(args, cfg) -> int:
 
 
 def _translate(args, cfg) -> int:
+    from tx.data.sources import read_lines
     from tx.translate import load_model, translate
 
+    if args.input:  # read (and checked) before the model is loaded: bad input fails at once
+        with open(args.input, "rb") as f:
+            lines = read_lines(f, args.input)
+    else:
+        lines = read_lines(sys.stdin.buffer, "<stdin>")
     loaded = load_model(cfg, _need_workdir(args), args.checkpoint)
-    source = open(args.input, encoding="utf-8") if args.input else sys.stdin
-    with source:
-        lines = [line.rstrip("\r\n") for line in source]
     outputs = translate(loaded, lines, cfg)
     text = "".join(o + "\n" for o in outputs)
     if args.output:  # written whole, then renamed: never a half-written file

@@ -22,8 +22,12 @@ from tx.model import ModelConfig
 from tx.sharding import AXES
 
 SECTIONS = ("model", "data", "optim", "train", "decode", "mesh")
-# tx.search.STRATEGIES (a test keeps them equal: config may not import downstream modules).
+# tx.search.STRATEGIES and tx.data.sources.ON_BAD_LINE (a test keeps them equal: config may
+# not import downstream modules).
 SEARCH_STRATEGIES = ("beam", "greedy", "sample")
+ON_BAD_LINE = ("error", "skip")
+# Keys added after runs were written: a run's config.json without them gets these values.
+LATER_KEYS = {"data.on_bad_line": "error", "mesh.heartbeat_timeout_secs": 100}
 
 
 class ConfigError(ValueError):
@@ -33,10 +37,18 @@ class ConfigError(ValueError):
 def load_config(path: str, overrides: Sequence[str] = ()) -> ml_collections.ConfigDict:
     """Imports `path` (optionally `path:arg`), applies `key=value` overrides and validates."""
     cfg = read_config(path)
+    _add_later_keys(cfg)
     for item in overrides:
         apply_override(cfg, item)
     validate(cfg)
     return cfg
+
+
+def _add_later_keys(cfg: ml_collections.ConfigDict) -> None:
+    for dotted, default in LATER_KEYS.items():
+        section, key = dotted.split(".")
+        if section in cfg and key not in cfg[section]:
+            cfg[section][key] = default
 
 
 def read_config(path: str) -> ml_collections.ConfigDict:
@@ -126,6 +138,7 @@ def validate(cfg: ml_collections.ConfigDict) -> None:
         "train.log_every_steps",
         "decode.beam_size",
         "decode.batch_tokens",
+        "mesh.heartbeat_timeout_secs",
     )
     _check_nonnegative(
         cfg,
@@ -147,6 +160,10 @@ def validate(cfg: ml_collections.ConfigDict) -> None:
             f"{cfg.data.vocab_size}; the shared vocabulary sizes the embedding"
         )
     _check_decode(cfg.decode)
+    if cfg.data.on_bad_line not in ON_BAD_LINE:
+        raise ConfigError(
+            f"data.on_bad_line must be one of {ON_BAD_LINE}, got {cfg.data.on_bad_line!r}"
+        )
     if cfg.data.source not in ("demo", "text", "tfds"):
         raise ConfigError(f"data.source must be 'demo', 'text' or 'tfds', got {cfg.data.source!r}")
     buckets = tuple(cfg.data.bucket_lengths)

@@ -24,6 +24,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from tx.data.sources import DataError
 from tx.data.token_cache import TokenizedSplit
 
 PACK_SAMPLE = 100_000  # pairs packed to measure the mean fill of a packed row
@@ -225,7 +226,10 @@ class TrainStream:
                 f"({spec.process_count})"
             )
         if len(keep) == 0:
-            raise ValueError("no training pairs left after filtering (see data.max_len)")
+            raise DataError(
+                "no training pairs left after filtering: every pair is empty or longer than "
+                "data.max_len (or was left out by data.on_bad_line=skip)"
+            )
         self.split, self.keep, self.spec = split, keep, spec
         self._src_len, self._tgt_len = split.src_lengths, split.tgt_lengths
         self.rows = step_rows(self._src_len, self._tgt_len, keep, spec)
