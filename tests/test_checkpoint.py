@@ -1,4 +1,8 @@
-"""Checkpoints: which are kept, which are averaged, and refusing a stale averaged model."""
+"""Checkpoints: which are kept, which are averaged, refusing a stale averaged model, and
+checkpoints damaged on disk."""
+
+import glob
+import os
 
 import jax
 import jax.numpy as jnp
@@ -76,3 +80,105 @@ def test_a_stale_averaged_model_is_refused(tmp_path):
         _check_fresh(_cfg(5), str(tmp_path), 5)
     with pytest.raises(StaleAverage, match="python -m tx average --workdir"):
         _check_fresh(_cfg(0), str(tmp_path), 10)  # time-based only: 12 counts
+
+
+# ---------------------------------------------------------------- damaged on disk
+def _abstract():
+    sharding = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    return jax.tree_util.tree_map(
+        lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding), _state(0)
+    )
+
+
+def _files(path) -> dict:
+    """Every file under `path` with its bytes: to show a directory was left exactly as it was."""
+    out = {}
+    for dirpath, _, names in os.walk(path):
+        for name in names:
+            full = os.path.join(dirpath, name)
+            with open(full, "rb") as f:
+                out[os.path.relpath(full, path)] = f.read()
+    return out
+
+
+def damage(step_dir: str, how: str) -> None:
+    """Damages an Orbax step directory on disk the way a bad disk or a stray command would."""
+    state = os.path.join(step_dir, "state")
+    data_files = glob.glob(os.path.join(state, "**", "d", "*"), recursive=True)  # OCDBT data
+    if how == "metadata overwritten":  # the issue's case: UnicodeDecodeError inside Orbax
+        with open(os.path.join(state, "_METADATA"), "r+b") as f:
+            f.write(b"\xff" * 64)
+    elif how == "array data cut short":  # e.g. a copy that ran out of space
+        for path in data_files:
+            os.truncate(path, os.path.getsize(path) // 2)
+    elif how == "every file emptied":
+        for path in _files(step_dir):
+            os.truncate(os.path.join(step_dir, path), 0)
+    elif how == "manifest deleted":
+        os.remove(os.path.join(state, "manifest.ocdbt"))
+    elif how == "data position overwritten":
+        with open(os.path.join(step_dir, "data", "metadata"), "wb") as f:
+            f.write(b'{"epoch": 0, "bat')
+    else:
+        raise ValueError(how)
+
+
+DAMAGES = (
+    "metadata overwritten",
+    "array data cut short",
+    "every file emptied",
+    "manifest deleted",
+    "data position overwritten",
+)
+
+
+@pytest.mark.parametrize("how", DAMAGES)
+def test_resume_sets_a_damaged_checkpoint_aside_and_restores_the_one_before(tmp_path, how, caplog):
+    ckpt = Checkpointer(str(tmp_path), keep=None, async_save=False)
+    _save(ckpt, [5, 10, 15])
+    damage(ckpt.path(15), how)
+    before = _files(ckpt.path(15))
+    with caplog.at_level("WARNING"):
+        step, state, position = ckpt.restore_newest(_abstract())
+    assert step == 10 and position == {"epoch": 0, "batch": 10}
+    np.testing.assert_array_equal(np.asarray(state.params["w"]), np.full(3, 10.0))
+    assert f"{ckpt.path(15)} cannot be restored (" in caplog.text
+    assert f"moved it to {ckpt.path(15)}.damaged (kept, not deleted)" in caplog.text
+    assert _files(ckpt.path(15) + ".damaged") == before  # kept byte for byte
+    assert ckpt.all_steps() == [5, 10]
+    ckpt.keep, ckpt.every_steps = 1, 5  # a new step 15 is written; pruning passes it by
+    _save(ckpt, [15, 20, 25])
+    assert ckpt.all_steps() == [25]
+    assert _files(ckpt.path(15) + ".damaged") == before
+    ckpt.close()
+
+
+def test_when_no_checkpoint_restores_the_error_lists_each_and_nothing_moves(tmp_path):
+    ckpt = Checkpointer(str(tmp_path), keep=None, async_save=False)
+    _save(ckpt, [5, 10])
+    damage(ckpt.path(5), "metadata overwritten")
+    damage(ckpt.path(10), "manifest deleted")
+    with pytest.raises(checkpoint.UnreadableCheckpoint) as e:
+        ckpt.restore_newest(_abstract())
+    msg = str(e.value)
+    assert msg.startswith(f"no checkpoint in {ckpt.directory} can be restored; tried: ")
+    assert f"{ckpt.path(10)} cannot be restored (state/manifest.ocdbt is missing" in msg
+    assert f"{ckpt.path(5)} cannot be restored (state/_METADATA is not JSON)" in msg
+    assert "\n" not in msg and sorted(os.listdir(ckpt.directory)) == ["10", "5"]
+    ckpt.close()
+
+
+def test_average_refuses_damaged_inputs_by_name(tmp_path):
+    ckpt = Checkpointer(str(tmp_path), keep=None, async_save=False)
+    _save(ckpt, [5, 10, 15])
+    damage(ckpt.path(5), "array data cut short")
+    damage(ckpt.path(15), "every file emptied")
+    ckpt.close()
+    with pytest.raises(checkpoint.UnreadableCheckpoint) as e:
+        average_last(str(tmp_path), 3, _abstract().params)
+    msg = str(e.value)
+    assert msg.startswith("not averaging: ") and "\n" not in msg
+    assert f"{tmp_path}/checkpoints/5 cannot be restored" in msg
+    assert f"{tmp_path}/checkpoints/15 cannot be restored" in msg
+    assert "checkpoints/10 " not in msg
+    assert not os.path.exists(tmp_path / "averaged" / "15")

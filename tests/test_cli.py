@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -71,6 +72,24 @@ def test_translate_input_invalid_utf8_bom_and_crlf(root, workdir, tmp_path):
     windows.write_bytes(b"\xef\xbb\xbf" + plain.replace("\n", "\r\n").encode())
     got = run_tx(root, "translate", "--workdir", workdir, "--input", str(windows))
     assert got == run_tx(root, "translate", "--workdir", workdir, stdin=plain)
+
+
+def test_damaged_checkpoints_are_refused_by_name(root, workdir, tmp_path):
+    from test_checkpoint import damage
+
+    run = tmp_path / "run"
+    shutil.copytree(workdir, run, ignore=shutil.ignore_patterns("averaged"))
+    damage(str(run / "checkpoints" / "15"), "array data cut short")
+    damage(str(run / "checkpoints" / "20"), "metadata overwritten")
+    err = run_tx_fails(root, "translate", "--workdir", str(run), "--checkpoint", "15", stdin=b"x")
+    assert f"error: {run}/checkpoints/15 cannot be restored (ValueError: " in err
+    assert "choose another with --checkpoint STEP (available: [5, 10, 20])" in err
+    err = run_tx_fails(root, "evaluate", "--workdir", str(run))  # the latest: 20
+    assert f"error: {run}/checkpoints/20 cannot be restored (state/_METADATA is not JSON)" in err
+    err = run_tx_fails(root, "average", "--workdir", str(run), "--last", "3")
+    assert f"error: not averaging: {run}/checkpoints/15 cannot be restored (" in err
+    assert f"; {run}/checkpoints/20 cannot be restored (state/_METADATA is not JSON)" in err
+    assert sorted(os.listdir(run / "checkpoints")) == ["10", "15", "20", "5"]  # none moved
 
 
 def test_average_then_evaluate_json(root, workdir):

@@ -194,6 +194,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _user_errors() -> tuple:
+    from tx.checkpoint import UnreadableCheckpoint
     from tx.data.sources import DataError
     from tx.data.tokenizer import VocabularyError
     from tx.loop import Diverged
@@ -207,6 +208,7 @@ def _user_errors() -> tuple:
         MeshError,
         Diverged,
         StaleAverage,
+        UnreadableCheckpoint,
         FileNotFoundError,
     )
 

@@ -13,6 +13,7 @@ import logging
 import os
 
 import jax
+import numpy as np
 
 
 def _tpu_pod() -> bool:
@@ -58,3 +59,12 @@ def barrier(name: str) -> None:
         from jax.experimental import multihost_utils
 
         multihost_utils.sync_global_devices(name)
+
+
+def all_true(flag: bool) -> bool:
+    """True if `flag` is true on every process (one collective; none with one process)."""
+    if jax.process_count() == 1:
+        return bool(flag)
+    from jax.experimental import multihost_utils
+
+    return bool(np.asarray(multihost_utils.process_allgather(np.array(bool(flag)))).all())

@@ -2,8 +2,9 @@
 
     train(cfg, workdir) -> final metrics
 
-On start the latest checkpoint in `workdir` is restored (state and data position) onto the
-current mesh, whatever mesh wrote it. SIGTERM / SIGINT save a checkpoint and return; a
+On start the latest checkpoint in `workdir` that can be read is restored (state and data
+position) onto the current mesh, whatever mesh wrote it; unreadable newer ones are set aside
+(tx.checkpoint). SIGTERM / SIGINT save a checkpoint and return; a
 non-finite loss raises `Diverged` naming the step, leaving earlier checkpoints intact.
 The steps themselves are tx.trainer's; the paths and checks of the workdir, tx.workdir's.
 """
@@ -158,11 +159,13 @@ def prepare_data(cfg: ml_collections.ConfigDict, workdir: str):
 
 
 def _restore_or_init(trainer, ckpt: Checkpointer, seed: int):
-    step = ckpt.latest_step()
-    if step is None:
+    """The newest checkpoint that restores (see Checkpointer.restore_newest), else a new state."""
+    restored = ckpt.restore_newest(trainer_lib.abstract_train_state(trainer))
+    if restored is None:
         return trainer_lib.create_train_state(trainer, seed), None
+    step, state, position = restored
     logging.info("resuming from %s step %d", ckpt.directory, step)
-    return ckpt.restore(step, trainer_lib.abstract_train_state(trainer))
+    return state, position
 
 
 def _loop(run: _Run, state, stream) -> dict:
