@@ -1,6 +1,7 @@
 """Checkpoints: which are kept, which are averaged, refusing a stale averaged model, and
 checkpoints damaged on disk."""
 
+import errno
 import glob
 import os
 
@@ -11,6 +12,7 @@ import numpy as np
 import pytest
 
 from tx import checkpoint
+from tx import workdir as wd
 from tx.checkpoint import Checkpointer, average_last, averaging_steps
 from tx.trainer import TrainState
 from tx.translate import StaleAverage, _check_fresh
@@ -182,3 +184,83 @@ def test_average_refuses_damaged_inputs_by_name(tmp_path):
     assert f"{tmp_path}/checkpoints/15 cannot be restored" in msg
     assert "checkpoints/10 " not in msg
     assert not os.path.exists(tmp_path / "averaged" / "15")
+
+
+# ---------------------------------------------------------------- failed writes
+def fail_writes_under(monkeypatch, fragment: str) -> None:
+    """Makes Orbax's file writes (JSON items, metadata) fail with a full disk under any path
+    containing `fragment`: the array data of that checkpoint is written, then the disk fills."""
+    from etils import epath
+
+    real = epath.Path.write_text
+
+    def write_text(self, *args, **kwargs):
+        if fragment in str(self):
+            raise OSError(errno.ENOSPC, "No space left on device", str(self))
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(epath.Path, "write_text", write_text)
+
+
+# Orbax's background threads report the injected failure again as they wind down.
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+@pytest.mark.parametrize("async_save", [False, True])
+def test_a_failed_save_names_it_and_leaves_the_earlier_checkpoints(
+    tmp_path, monkeypatch, async_save
+):
+    ckpt = Checkpointer(str(tmp_path), keep=2, async_save=async_save, every_steps=5)
+    _save(ckpt, [5, 10])
+    before = {step: _files(ckpt.path(step)) for step in (5, 10)}
+    fail_writes_under(monkeypatch, "/15.orbax-checkpoint-tmp")
+    with pytest.raises(wd.WriteFailed) as e:
+        _save(ckpt, [15])
+    assert str(e.value).startswith(f"checkpoint {ckpt.path(15)} was not written (OSError: ")
+    assert "No space left on device" in str(e.value)
+    # Nothing was pruned for a checkpoint that never completed, and no reader sees a step 15.
+    assert {step: _files(ckpt.path(step)) for step in (5, 10)} == before
+    assert ckpt.all_steps() == [5, 10]
+    assert Checkpointer(str(tmp_path)).all_steps() == [5, 10]
+    assert ckpt.restore_newest(_abstract())[0] == 10
+    monkeypatch.undo()  # space again: the same step saves, and pruning resumes
+    _save(ckpt, [15])
+    assert ckpt.all_steps() == [10, 15]
+    ckpt.close()
+
+
+def test_a_failed_average_leaves_the_earlier_average(tmp_path, monkeypatch):
+    ckpt = Checkpointer(str(tmp_path), keep=None, async_save=False)
+    _save(ckpt, [5, 10, 15])
+    ckpt.close()
+    params = _abstract().params
+    average_last(str(tmp_path), 3, params)
+    fail_writes_under(monkeypatch, "/.staging/")
+    with pytest.raises(wd.WriteFailed, match=r"averaged checkpoint .*averaged/15 was not written"):
+        average_last(str(tmp_path), 2, params)
+    assert checkpoint.averaged_steps(str(tmp_path)) == [15]
+    kept, meta = checkpoint.restore_averaged(str(tmp_path), 15, params)
+    assert meta["averaged_steps"] == [5, 10, 15]
+    np.testing.assert_array_equal(np.asarray(kept["w"]), np.full(3, 10.0))
+    monkeypatch.undo()
+    average_last(str(tmp_path), 2, params)  # replaces it whole
+    new, meta = checkpoint.restore_averaged(str(tmp_path), 15, params)
+    assert meta["averaged_steps"] == [10, 15]
+    np.testing.assert_array_equal(np.asarray(new["w"]), np.full(3, 12.5))
+    assert sorted(os.listdir(tmp_path / "averaged")) == [".staging", "15"]
+    assert os.listdir(tmp_path / "averaged" / ".staging") == []
+
+
+def test_write_atomic_that_fails_half_way_changes_nothing(tmp_path, monkeypatch):
+    path = tmp_path / "test.hyp.de"
+    path.write_text("earlier\n")
+
+    def fsync(fd):  # the text is in the temporary file; the disk fills as it is flushed
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    with pytest.raises(wd.WriteFailed) as e:
+        wd.write_atomic(str(path), "new\n" * 1000)
+    assert str(e.value) == f"{path} was not written (No space left on device); nothing was changed"
+    assert path.read_text() == "earlier\n" and os.listdir(tmp_path) == ["test.hyp.de"]
+    monkeypatch.undo()
+    with pytest.raises(wd.WriteFailed, match=r"missing/x\.txt was not written \(No such file"):
+        wd.write_atomic(str(tmp_path / "missing" / "x.txt"), "x")

@@ -18,6 +18,7 @@ from tx.checkpoint import Checkpointer, UnreadableCheckpoint
 from tx.config import ConfigError
 from tx.loop import Diverged, train
 from tx.trainer import abstract_train_state, build
+from tx.workdir import WriteFailed
 
 
 @pytest.fixture(scope="module")
@@ -196,6 +197,24 @@ def test_resume_with_no_readable_checkpoint_names_each_and_changes_nothing(vocab
     )
     assert "checkpoints/1 cannot be restored" in str(e.value)
     assert sorted(os.listdir(tmp_path / "checkpoints")) == ["1", "2"]
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+def test_a_checkpoint_that_cannot_be_written_stops_training_and_resume_goes_on(
+    vocab, tmp_path, tiny, monkeypatch, caplog
+):
+    from test_checkpoint import fail_writes_under
+
+    cfg = tiny(f"data.vocab_path={vocab}", "train.num_steps=6", "train.checkpoint_every_steps=3")
+    fail_writes_under(monkeypatch, "/6.orbax-checkpoint-tmp")  # the disk fills at step 6
+    with pytest.raises(WriteFailed, match=r"checkpoint .*checkpoints/6 was not written \(OSError"):
+        train(cfg, str(tmp_path))
+    monkeypatch.undo()
+    assert Checkpointer(str(tmp_path)).all_steps() == [3]
+    with caplog.at_level("INFO"):
+        assert train(cfg, str(tmp_path))["step"] == 6
+    assert f"resuming from {tmp_path}/checkpoints step 3" in caplog.text
+    assert Checkpointer(str(tmp_path)).all_steps() == [3, 6]
 
 
 def test_workdir_refuses_another_vocabulary(vocab, tmp_path, tiny):

@@ -167,11 +167,32 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _without_traceback(record: logging.LogRecord) -> bool:
+    """Libraries' errors keep their message, not their traceback: Orbax logs a failed
+    background save with one per thread, and the command's own one-line error says what
+    failed and what is intact."""
+    record.exc_info, record.exc_text = None, None
+    return True
+
+
+def _unraisable(info) -> None:
+    """Drops one harmless report: after a failed save, TensorStore's callbacks still arrive for
+    Orbax's event loop, which is closed by then. Anything else is reported as usual."""
+    if isinstance(info.exc_value, RuntimeError) and str(info.exc_value) == "Event loop is closed":
+        return
+    sys.__unraisablehook__(info)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     for noisy in ("absl", "jax._src", "orbax", "tensorflow"):
         logging.getLogger(noisy).setLevel(logging.ERROR)
+        logging.getLogger(noisy).addFilter(_without_traceback)
+    # tx runs no event loop of its own: asyncio's reports come from Orbax's tasks, whose
+    # failures Orbax has raised already (dozens of "never retrieved" lines after a full disk).
+    logging.getLogger("asyncio").setLevel(logging.CRITICAL)
+    sys.unraisablehook = _unraisable
     rest, config_path, overrides = split_config_args(argv)
     args = _parser().parse_args(rest)
     initialize(args.coordinator_address, args.num_processes, args.process_id)
@@ -209,6 +230,7 @@ def _user_errors() -> tuple:
         Diverged,
         StaleAverage,
         UnreadableCheckpoint,
+        workdir.WriteFailed,
         FileNotFoundError,
     )
 

@@ -30,6 +30,7 @@ import contextlib
 import json
 import logging
 import os
+import shutil
 
 import jax
 import jax.numpy as jnp
@@ -44,6 +45,7 @@ from tx.distributed import all_true, barrier
 from tx.model import ModelConfig
 
 DAMAGED_SUFFIX = ".damaged"
+STAGING = ".staging"  # averaged/.staging/<step>: an average being written
 
 
 class UnreadableCheckpoint(RuntimeError):
@@ -133,7 +135,9 @@ class Checkpointer:
     ):
         self.directory = wd.checkpoints_dir(workdir)
         self.keep, self.every_steps, self.final_step = keep, every_steps, final_step
+        self.async_save = async_save
         self.manager = _manager(self.directory, async_save)
+        self._pending = None  # the step whose save may still be running
 
     def latest_step(self) -> int | None:
         return self.manager.latest_step()
@@ -142,20 +146,57 @@ class Checkpointer:
         return sorted(self.manager.all_steps())
 
     def save(self, step: int, state, data_position: dict) -> None:
-        """Starts an (asynchronous) save; `wait()` blocks until it is on disk."""
-        self.manager.save(
-            step,
-            args=ocp.args.Composite(
-                state=ocp.args.StandardSave(state), data=ocp.args.JsonSave(dict(data_position))
-            ),
-            force=True,
-        )
+        """Starts an (asynchronous) save; `wait()` blocks until it is on disk.
+
+        A save that fails (a full disk, say) raises tx.workdir.WriteFailed naming its checkpoint,
+        here or from the next `save` / `wait`; Orbax writes under a temporary name, so nothing
+        partial is ever a step, and the checkpoints before it are intact.
+        """
+        self.wait()  # the previous save's failure is reported as its own
+        with self._writing(step):
+            self.manager.save(
+                step,
+                args=ocp.args.Composite(
+                    state=ocp.args.StandardSave(state), data=ocp.args.JsonSave(dict(data_position))
+                ),
+                force=True,
+            )
+        self._pending = step
+
+    @contextlib.contextmanager
+    def _writing(self, step: int):
+        try:
+            yield
+        except Exception as e:  # noqa: BLE001 - TensorStore reports a full disk as ValueError
+            self._renew_manager()
+            raise wd.WriteFailed(
+                f"checkpoint {self.path(step)} was not written ({_why(e)}); "
+                "the checkpoints before it are intact"
+            ) from e
+
+    def _renew_manager(self) -> None:
+        """After a failed save: Orbax's manager listed the step when the save began, and its
+        background threads keep the failure, to raise it again from any later call (a restore
+        would then blame another checkpoint). A new manager reads the steps from disk."""
+        with contextlib.suppress(Exception):
+            self.manager.close()
+        self.manager = _manager(self.directory, self.async_save)
+
+    def wait(self) -> None:
+        """Blocks until the pending save is on disk, then prunes: only a checkpoint known to be
+        complete may count towards deleting an older one."""
+        step, self._pending = self._pending, None
+        if step is not None:
+            with self._writing(step):
+                self.manager.wait_until_finished()
         self._prune()
 
     def _prune(self) -> None:
         if self.keep is None:
             return
         steps = self.all_steps()
+        if not steps:
+            return
         kept = set(averaging_steps(steps, self.every_steps, self.final_step)[-self.keep :])
         kept.add(steps[-1])
         for step in steps:
@@ -235,36 +276,64 @@ class Checkpointer:
             )
             return restored["params"]
 
-    def wait(self) -> None:
-        self.manager.wait_until_finished()
-
     def close(self) -> None:
-        self.manager.wait_until_finished()
-        self.manager.close()
+        try:
+            self.wait()
+        finally:
+            self.manager.close()
 
 
 def save_params(workdir: str, step: int, params, sources: list[int]) -> str:
-    """Writes averaged parameters as `workdir/averaged/<step>` (atomically) and returns it."""
+    """Writes averaged parameters as `workdir/averaged/<step>` and returns that path.
+
+    They are written whole under `averaged/.staging/` (not a step) and then renamed into
+    place, so a write that fails (tx.workdir.WriteFailed) leaves an earlier `averaged/<step>` as
+    it was.
+    """
+    final = os.path.join(wd.averaged_dir(workdir), str(step))
+    staging = os.path.join(wd.averaged_dir(workdir), STAGING)
+    if jax.process_index() == 0:  # left by an earlier attempt that failed: ours to remove
+        shutil.rmtree(os.path.join(staging, str(step)), ignore_errors=True)
+    barrier("tx-average-staging")
     manager = ocp.CheckpointManager(
-        os.path.abspath(wd.averaged_dir(workdir)),
+        os.path.abspath(staging),
         options=ocp.CheckpointManagerOptions(
             max_to_keep=None, create=True, enable_async_checkpointing=False
         ),
         item_names=("params", "meta"),
     )
-    if step in manager.all_steps():  # averaged over other steps before: replace it
-        manager.delete(step)
-    manager.save(
-        step,
-        args=ocp.args.Composite(
-            params=ocp.args.StandardSave(params),
-            meta=ocp.args.JsonSave({"averaged_steps": sources}),
-        ),
-        force=True,
-    )
-    manager.wait_until_finished()
-    manager.close()
-    return os.path.join(wd.averaged_dir(workdir), str(step))
+    try:
+        manager.save(
+            step,
+            args=ocp.args.Composite(
+                params=ocp.args.StandardSave(params),
+                meta=ocp.args.JsonSave({"averaged_steps": sources}),
+            ),
+            force=True,
+        )
+        manager.wait_until_finished()
+    except Exception as e:  # noqa: BLE001 - TensorStore reports a full disk as ValueError
+        raise wd.WriteFailed(
+            f"averaged checkpoint {final} was not written ({_why(e)}); "
+            "any earlier one there is intact"
+        ) from e
+    finally:
+        manager.close()
+    if jax.process_index() == 0:
+        _replace_dir(os.path.join(staging, str(step)), final)
+    barrier("tx-average-placed")
+    return final
+
+
+def _replace_dir(new: str, final: str) -> None:
+    """Moves the directory `new` to `final`, replacing what is there (two renames: there is no
+    atomic swap of non-empty directories)."""
+    old = final + ".replaced"
+    shutil.rmtree(old, ignore_errors=True)
+    if os.path.exists(final):
+        os.rename(final, old)
+    os.rename(new, final)
+    shutil.rmtree(old, ignore_errors=True)
 
 
 def averaged_steps(workdir: str) -> list[int]:
