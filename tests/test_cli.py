@@ -138,15 +138,17 @@ def test_dev_bleu_hook_scores_current_parameters(workdir):
     assert scores["tok_bleu"] == full["tok_bleu"]
 
 
-def test_a_directory_that_is_not_a_run_is_named(root, tmp_path):
-    res = subprocess.run(
-        [sys.executable, "-m", "tx", "evaluate", "--workdir", str(tmp_path)],
-        cwd=root,
-        capture_output=True,
-        text=True,
-    )
-    assert res.returncode == 2 and "Traceback" not in res.stderr
-    assert f"error: {tmp_path} is not a tx run (it has no config.json)" in res.stderr
+@pytest.mark.parametrize("command", ["evaluate", "translate", "average"])
+def test_a_directory_that_is_not_a_run_is_named(root, tmp_path, tiny, command):
+    # Even with --config given: the command needs what training wrote there.
+    err = run_tx_fails(root, command, "--workdir", str(tmp_path), "--config", tiny.path)
+    assert f"error: {tmp_path} is not a tx run (it has no config.json)" in err
+
+
+def test_commands_without_a_workdir_say_so(root, tiny):
+    for command in ("train", "translate"):
+        err = run_tx_fails(root, command, "--config", tiny.path)
+        assert f"error: {command} needs --workdir DIR" in err
 
 
 def test_translate_cli_takes_another_search_strategy(root, workdir):

@@ -21,16 +21,6 @@ from tx.trainer import abstract_train_state, build
 from tx.workdir import WriteFailed
 
 
-@pytest.fixture(scope="module")
-def vocab(tmp_path_factory, tiny):
-    """One vocabulary for every run here, so runs are comparable bit for bit."""
-    from tx.data import dataset
-
-    workdir = str(tmp_path_factory.mktemp("vocab"))
-    dataset.vocabulary(tiny().data, workdir)
-    return os.path.join(workdir, "spm.model")
-
-
 def test_tiny_training_end_to_end(vocab, tmp_path, tiny):
     cfg = tiny(
         f"data.vocab_path={vocab}",

@@ -23,7 +23,7 @@ os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
 
 from tx import workdir
 from tx.config import ConfigError, load_config, model_config, split_config_args
-from tx.distributed import initialize
+from tx.distributed import LaunchError, ProcessLost, exit_now, initialize, process_lost
 
 # Each command imports what it needs when it runs: `info` and `--help` need not pay seconds
 # for TensorFlow and Orbax.
@@ -46,19 +46,12 @@ def _info(args, cfg) -> int:
     return 0
 
 
-def _need_workdir(args) -> str:
-    if not args.workdir:
-        raise SystemExit("error: --workdir DIR is required")
-    return args.workdir
-
-
 def _train(args, cfg) -> int:
     from tx.evaluate import dev_bleu_hook
     from tx.loop import train
 
-    workdir = _need_workdir(args)
-    hook = dev_bleu_hook(cfg, workdir) if cfg.train.eval_bleu_every_steps else None
-    metrics = train(cfg, workdir, bleu_hook=hook)
+    hook = dev_bleu_hook(cfg, args.workdir) if cfg.train.eval_bleu_every_steps else None
+    metrics = train(cfg, args.workdir, bleu_hook=hook)
     print(json.dumps({k: round(v, 6) if isinstance(v, float) else v for k, v in metrics.items()}))
     return 0
 
@@ -72,7 +65,7 @@ def _translate(args, cfg) -> int:
             lines = read_lines(f, args.input)
     else:
         lines = read_lines(sys.stdin.buffer, "<stdin>")
-    loaded = load_model(cfg, _need_workdir(args), args.checkpoint)
+    loaded = load_model(cfg, args.workdir, args.checkpoint)
     outputs = translate(loaded, lines, cfg)
     text = "".join(o + "\n" for o in outputs)
     if args.output:  # written whole, then renamed: never a half-written file
@@ -85,7 +78,7 @@ def _translate(args, cfg) -> int:
 def _average(args, cfg) -> int:
     from tx.checkpoint import average
 
-    path, steps = average(cfg, _need_workdir(args), args.last)
+    path, steps = average(cfg, args.workdir, args.last)
     print(json.dumps({"averaged": path, "steps": steps}))
     return 0
 
@@ -94,7 +87,7 @@ def _evaluate(args, cfg) -> int:
     from tx.evaluate import evaluate_split
     from tx.translate import load_model
 
-    loaded = load_model(cfg, _need_workdir(args), args.checkpoint)
+    loaded = load_model(cfg, args.workdir, args.checkpoint)
     result = evaluate_split(cfg, args.workdir, args.split, loaded, args.bootstrap, args.output)
     if args.json:
         print(json.dumps(result))
@@ -195,23 +188,58 @@ def main(argv: list[str] | None = None) -> int:
     sys.unraisablehook = _unraisable
     rest, config_path, overrides = split_config_args(argv)
     args = _parser().parse_args(rest)
-    initialize(args.coordinator_address, args.num_processes, args.process_id)
     try:
-        if config_path is None and args.workdir and args.command not in ("train", "demo"):
-            config_path = workdir.require_run(args.workdir)  # the run's resolved config
-        config_path = config_path or DEFAULT_CONFIGS.get(args.command)
-        cfg = load_config(config_path, overrides) if config_path else None
-    except (ConfigError, workdir.NotARun) as e:
+        cfg = _config(args, config_path, overrides)
+        # After the config (it sets the heartbeat timeout), before anything touches a device.
+        initialize(
+            args.coordinator_address,
+            args.num_processes,
+            args.process_id,
+            cfg.mesh.heartbeat_timeout_secs,
+        )
+    except (ConfigError, workdir.NotARun, UsageError, LaunchError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    if cfg is None:
-        print("error: --config FILE is required", file=sys.stderr)
-        return 2
     try:
-        return COMMANDS[args.command](args, cfg)
+        return _run(args, cfg)
     except _user_errors() as e:  # bad input: one clear line, no traceback
         print(f"error: {e}", file=sys.stderr)
+        if isinstance(e, ProcessLost):
+            exit_now(2)
         return 2
+
+
+class UsageError(ValueError):
+    """Command-line options that do not make a command."""
+
+
+RUN_COMMANDS = ("translate", "average", "evaluate")  # they read what `train` wrote
+
+
+def _config(args, config_path: str | None, overrides: list[str]):
+    """The command's config: --config, else the run's resolved config.json for the commands
+    that read a run, else the command's default."""
+    if args.command in ("train", *RUN_COMMANDS) and not args.workdir:
+        raise UsageError(f"{args.command} needs --workdir DIR")
+    if args.command in RUN_COMMANDS:
+        run_config = workdir.require_run(args.workdir)
+        config_path = config_path or run_config
+    config_path = config_path or DEFAULT_CONFIGS.get(args.command)
+    if config_path is None:
+        raise UsageError("--config FILE is required")
+    return load_config(config_path, overrides)
+
+
+def _run(args, cfg) -> int:
+    """Runs the command; a collective that failed because another process died becomes
+    ProcessLost (see tx.distributed)."""
+    try:
+        return COMMANDS[args.command](args, cfg)
+    except Exception as e:
+        lost = process_lost(e)
+        if lost is None:
+            raise
+        raise lost from e
 
 
 def _user_errors() -> tuple:
@@ -231,6 +259,7 @@ def _user_errors() -> tuple:
         StaleAverage,
         UnreadableCheckpoint,
         workdir.WriteFailed,
+        ProcessLost,
         FileNotFoundError,
     )
 

@@ -41,7 +41,7 @@ from tx import sharding
 from tx import workdir as wd
 from tx.config import model_config
 from tx.counting import abstract_params
-from tx.distributed import all_true, barrier
+from tx.distributed import all_true, barrier, process_lost
 from tx.model import ModelConfig
 
 DAMAGED_SUFFIX = ".damaged"
@@ -168,6 +168,8 @@ class Checkpointer:
         try:
             yield
         except Exception as e:  # noqa: BLE001 - TensorStore reports a full disk as ValueError
+            if (lost := process_lost(e)) is not None:  # not a write that failed: a peer died
+                raise lost from e
             self._renew_manager()
             raise wd.WriteFailed(
                 f"checkpoint {self.path(step)} was not written ({_why(e)}); "

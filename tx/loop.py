@@ -31,7 +31,7 @@ from tx.counting import train_flops_per_step
 from tx.data import dataset
 from tx.data.pipeline import POSITION_KEY, BatchSpec, PlannedBatch, eval_batches, materialize
 from tx.data.token_cache import TokenizedSplit
-from tx.distributed import barrier
+from tx.distributed import barrier, process_lost
 from tx.monitor import Progress, Summaries, Throughput, peak_tflops
 
 
@@ -140,10 +140,17 @@ def train(
     dev = dataset.split_ids(cfg.data, workdir, tokenizer, "dev") if t.eval_every_steps else None
     summaries = Summaries(wd.tensorboard_dir(workdir), is_main())
     run = _Run(cfg, trainer, ckpt, spec, progress, summaries, dev, bleu_hook)
+    lost = None
     try:
         return _loop(run, state, stream)
+    except Exception as e:
+        lost = process_lost(e)
+        if lost is not None:
+            raise lost from e
+        raise
     finally:
-        ckpt.close()
+        if lost is None:  # else Orbax would wait at a barrier for the dead process
+            ckpt.close()
         summaries.close()
 
 
