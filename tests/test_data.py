@@ -2,6 +2,7 @@
 
 import dataclasses
 import itertools
+import random
 
 import numpy as np
 import pytest
@@ -492,3 +493,102 @@ def test_chunks_helper():
 
     assert [len(c) for c in _chunked(iter(range(5)), 2)] == [2, 2, 1]
     assert list(itertools.islice(_chunked(iter([]), 3), 1)) == []
+
+
+# ---------------------------------------------------------------- fuzzing text and tokens
+# Seeded loops (no new dependency; the same cases every run). Pieces that make up the inputs.
+PIECES = (
+    "a", "Hallo Welt", " ", "\t", "\r", "\r\n", "\n", "\n\n", "\x00", "\x0b", "\x1b[0m", "é",
+    "ß", "€", "\u00a0", "\u200b", "\ufeff", "\ufffd", "\u202e", "e\u0301", "日本語", "😀",
+    "\U0010ffff",
+)  # fmt: skip
+BAD_BYTES = (b"\xff", b"\xfe", b"\x80", b"\xc3", b"\xe2\x82", b"\xed\xa0\x80", b"\xf4\x90\x80\x80")
+
+
+def _random_bytes(rng: random.Random) -> bytes:
+    kind = rng.random()
+    if kind < 0.1:
+        return bytes(rng.randrange(256) for _ in range(rng.randrange(64)))  # noise
+    data = "".join(rng.choice(PIECES) for _ in range(rng.randrange(40))).encode()
+    if kind < 0.3:
+        data = b"\xef\xbb\xbf" + data  # a BOM
+    if kind > 0.6:  # one invalid sequence somewhere
+        at = rng.randrange(len(data) + 1)
+        data = data[:at] + rng.choice(BAD_BYTES) + data[at:]
+    return data
+
+
+def _expected_lines(data: bytes) -> list[str]:
+    """The reader's contract, written independently: UTF-8, one BOM dropped at the start,
+    lines end at LF, one CR before it dropped."""
+    text = data.decode("utf-8").removeprefix("\ufeff")
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()  # text ending in LF has no further line
+    return [line.removesuffix("\r") for line in lines]
+
+
+def _check_read(data: bytes, path) -> list[str] | None:
+    """Reads `data` from `path`: the lines, or None after checking the error is the right one."""
+    path.write_bytes(data)
+    try:
+        with open(path, "rb") as f:
+            lines = sources.read_lines(f, str(path))
+    except sources.DataError as e:
+        if data.startswith((b"\xff\xfe", b"\xfe\xff")):
+            assert str(e).startswith(f"{path} starts with a UTF-16 byte order mark"), str(e)
+            return None
+        with pytest.raises(UnicodeDecodeError) as bad:
+            data.decode("utf-8")
+        at = bad.value.start  # the first invalid byte: its line and offset must be named
+        line = data[:at].count(b"\n") + 1
+        assert str(e).startswith(f"{path}:{line}: invalid UTF-8 at byte offset {at} ("), str(e)
+        assert "\n" not in str(e)
+        return None
+    assert lines == _expected_lines(data), data
+    return lines
+
+
+def test_random_bytes_read_as_written_or_name_the_first_bad_byte(tmp_path):
+    rng = random.Random(16)
+    read = sum(_check_read(_random_bytes(rng), tmp_path / "f") is not None for _ in range(2000))
+    assert 500 < read < 1900  # both outcomes exercised
+    assert _check_read(b"", tmp_path / "f") == []
+    huge = ("wort " * 400_000).encode()  # a 2 MB line, then one with a bad byte at its end
+    assert _check_read(b"\xef\xbb\xbf" + huge + b"\r\nx", tmp_path / "f") == [huge.decode(), "x"]
+    assert _check_read(huge + b"\xff\n", tmp_path / "f") is None
+
+
+def test_random_text_files_pair_up_or_fail_clearly(tmp_path):
+    rng = random.Random(17)
+    for _ in range(300):
+        src, tgt = _random_bytes(rng), _random_bytes(rng)
+        (tmp_path / "r.en").write_bytes(src)
+        (tmp_path / "r.de").write_bytes(tgt)
+        try:
+            pairs = list(sources.text_split(str(tmp_path / "r"), "en", "de"))
+        except sources.DataError as e:
+            assert "\n" not in str(e) and str(tmp_path) in str(e), str(e)
+            continue
+        expected = zip(_expected_lines(src), _expected_lines(tgt), strict=True)
+        assert pairs == [(s.strip(), t.strip()) for s, t in expected]
+
+
+def test_tokenizer_takes_any_text_and_round_trips_its_own_alphabet(vocab):
+    tok = Tokenizer(vocab)
+    rng = random.Random(18)
+    texts = ["", " ", "\ufeff", "\x00" * 3, "a" * 100_000]
+    texts += ["".join(rng.choice(PIECES) for _ in range(rng.randrange(30))) for _ in range(300)]
+    for text, batched in zip(texts, tok.encode_batch(texts), strict=True):
+        ids = tok.encode(text)
+        assert ids == batched and ids[-1] == EOS_ID and EOS_ID not in ids[:-1], text
+        assert all(0 <= i < tok.vocab_size for i in ids), text
+        assert isinstance(tok.decode(ids), str)
+    # Text made of the training corpus' own characters, single-spaced: back exactly.
+    alphabet = sorted(
+        {c for pair in demo_corpus.generate("train", 0, 2000) for s in pair for c in s}
+    )
+    for _ in range(300):
+        words = ["".join(rng.choices(alphabet, k=rng.randint(1, 12))).strip() for _ in range(9)]
+        text = " ".join(w for w in " ".join(words).split(" ") if w)
+        assert tok.decode(tok.encode(text)) == text, text

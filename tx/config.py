@@ -86,11 +86,17 @@ def apply_override(cfg: ml_collections.ConfigDict, item: str) -> None:
     leaf = parts[-1]
     if not isinstance(node, ml_collections.ConfigDict) or leaf not in node:
         raise ConfigError(f"unknown config key '{key}' in override {item!r}")
+    if isinstance(node[leaf], ml_collections.ConfigDict):  # a whole section: keys would go
+        raise ConfigError(f"config key '{key}' is a section: override its keys ({key}.KEY=VALUE)")
     value = _parse_value(raw, node[leaf])
+    if value is None and node[leaf] is not None:  # ml_collections would let None in
+        raise ConfigError(f"config key '{key}' cannot be None (override {item!r})")
     try:
         node[leaf] = value
-    except TypeError as e:
-        raise ConfigError(f"config key '{key}': {e}") from e
+    except TypeError as e:  # ml_collections' message holds the value's repr, lines and all
+        shown = raw if len(raw) <= 60 else raw[:57] + "..."
+        kind = type(node[leaf]).__name__ if node[leaf] is not None else "typed field"
+        raise ConfigError(f"config key '{key}' is a {kind}: cannot set it to {shown!r}") from e
 
 
 def _parse_value(raw: str, current):

@@ -145,6 +145,8 @@ def decoded_lines(f: Iterable[bytes], name: str) -> Iterator[tuple[int, str, str
             _check_not_utf16(raw, name)
             if raw.startswith(UTF8_BOM):
                 raw, start = raw[len(UTF8_BOM) :], start + len(UTF8_BOM)
+                if not raw:  # the file is a BOM and nothing else: no lines
+                    return
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as e:
@@ -181,8 +183,11 @@ def read_lines(f: Iterable[bytes], name: str) -> list[str]:
 
 
 def _count_lines(path: str) -> int:
+    """Lines as `decoded_lines` reads them: a last line without LF counts, a BOM is no text."""
     n, last = 0, b"\n"
     with open(path, "rb") as f:
+        if f.read(len(UTF8_BOM)) != UTF8_BOM:
+            f.seek(0)
         while chunk := f.read(1 << 20):
             n += chunk.count(b"\n")
             last = chunk[-1:]
