@@ -188,9 +188,10 @@ class Checkpointer:
         """Blocks until the pending save is on disk, then prunes: only a checkpoint known to be
         complete may count towards deleting an older one."""
         step, self._pending = self._pending, None
-        if step is not None:
-            with self._writing(step):
-                self.manager.wait_until_finished()
+        if step is None:  # nothing saved since: nothing to prune for
+            return
+        with self._writing(step):
+            self.manager.wait_until_finished()
         self._prune()
 
     def _prune(self) -> None:
