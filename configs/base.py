@@ -68,6 +68,7 @@ def get_config():
         pack=False,  # pack several pairs per row (segment ids) instead of length buckets
         shuffle_seed=0,
         num_workers=0,  # tokenizer processes; 0 -> all cores
+        on_bad_line="error",  # invalid UTF-8 in training text: "error" | "skip" (counted, logged)
     )
 
     cfg.optim = dict(
@@ -120,6 +121,11 @@ def get_config():
             ("kv", None),
             ("length", None),
         ),
+        # Several processes (hosts): one that sends no heartbeat for this long is taken for dead,
+        # and every other process stops with an error instead of waiting on it for ever (JAX's
+        # jax.distributed heartbeat; its default). A process that dies outright is noticed at
+        # the next collective, sooner than this.
+        heartbeat_timeout_secs=100,
     )
 
     cfg.reference = dict(  # the paper's figures for this configuration (for reports only)

@@ -44,3 +44,14 @@ def trained(tmp_path_factory, tiny):
     path = str(tmp_path_factory.mktemp("trained"))
     train(tiny("train.num_steps=20", "train.checkpoint_every_steps=5"), path)
     return path
+
+
+@pytest.fixture(scope="session")
+def vocab(tmp_path_factory, tiny):
+    """The tiny config's vocabulary, trained once: runs given it (`data.vocab_path`) skip
+    training one and are comparable bit for bit."""
+    from tx.data import dataset
+
+    workdir = str(tmp_path_factory.mktemp("vocab"))
+    dataset.vocabulary(tiny().data, workdir)
+    return os.path.join(workdir, "spm.model")

@@ -1,4 +1,9 @@
-"""Checkpoints: which are kept, which are averaged, and refusing a stale averaged model."""
+"""Checkpoints: which are kept, which are averaged, refusing a stale averaged model, and
+checkpoints damaged on disk."""
+
+import errno
+import glob
+import os
 
 import jax
 import jax.numpy as jnp
@@ -7,6 +12,7 @@ import numpy as np
 import pytest
 
 from tx import checkpoint
+from tx import workdir as wd
 from tx.checkpoint import Checkpointer, average_last, averaging_steps
 from tx.trainer import TrainState
 from tx.translate import StaleAverage, _check_fresh
@@ -76,3 +82,185 @@ def test_a_stale_averaged_model_is_refused(tmp_path):
         _check_fresh(_cfg(5), str(tmp_path), 5)
     with pytest.raises(StaleAverage, match="python -m tx average --workdir"):
         _check_fresh(_cfg(0), str(tmp_path), 10)  # time-based only: 12 counts
+
+
+# ---------------------------------------------------------------- damaged on disk
+def _abstract():
+    sharding = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    return jax.tree_util.tree_map(
+        lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding), _state(0)
+    )
+
+
+def _files(path) -> dict:
+    """Every file under `path` with its bytes: to show a directory was left exactly as it was."""
+    out = {}
+    for dirpath, _, names in os.walk(path):
+        for name in names:
+            full = os.path.join(dirpath, name)
+            with open(full, "rb") as f:
+                out[os.path.relpath(full, path)] = f.read()
+    return out
+
+
+def damage(step_dir: str, how: str) -> None:
+    """Damages an Orbax step directory on disk the way a bad disk or a stray command would."""
+    state = os.path.join(step_dir, "state")
+    data_files = glob.glob(os.path.join(state, "**", "d", "*"), recursive=True)  # OCDBT data
+    if how == "metadata overwritten":  # the issue's case: UnicodeDecodeError inside Orbax
+        with open(os.path.join(state, "_METADATA"), "r+b") as f:
+            f.write(b"\xff" * 64)
+    elif how == "array data cut short":  # e.g. a copy that ran out of space
+        for path in data_files:
+            os.truncate(path, os.path.getsize(path) // 2)
+    elif how == "every file emptied":
+        for path in _files(step_dir):
+            os.truncate(os.path.join(step_dir, path), 0)
+    elif how == "manifest deleted":
+        os.remove(os.path.join(state, "manifest.ocdbt"))
+    elif how == "data position overwritten":
+        with open(os.path.join(step_dir, "data", "metadata"), "wb") as f:
+            f.write(b'{"epoch": 0, "bat')
+    else:
+        raise ValueError(how)
+
+
+DAMAGES = (
+    "metadata overwritten",
+    "array data cut short",
+    "every file emptied",
+    "manifest deleted",
+    "data position overwritten",
+)
+
+
+@pytest.mark.parametrize("how", DAMAGES)
+def test_resume_sets_a_damaged_checkpoint_aside_and_restores_the_one_before(tmp_path, how, caplog):
+    ckpt = Checkpointer(str(tmp_path), keep=None, async_save=False)
+    _save(ckpt, [5, 10, 15])
+    damage(ckpt.path(15), how)
+    before = _files(ckpt.path(15))
+    with caplog.at_level("WARNING"):
+        step, state, position = ckpt.restore_newest(_abstract())
+    assert step == 10 and position == {"epoch": 0, "batch": 10}
+    np.testing.assert_array_equal(np.asarray(state.params["w"]), np.full(3, 10.0))
+    assert f"{ckpt.path(15)} cannot be restored (" in caplog.text
+    assert f"moved it to {ckpt.path(15)}.damaged (kept, not deleted)" in caplog.text
+    assert _files(ckpt.path(15) + ".damaged") == before  # kept byte for byte
+    assert ckpt.all_steps() == [5, 10]
+    ckpt.keep, ckpt.every_steps = 1, 5  # a new step 15 is written; pruning passes it by
+    _save(ckpt, [15, 20, 25])
+    assert ckpt.all_steps() == [25]
+    assert _files(ckpt.path(15) + ".damaged") == before
+    ckpt.close()
+
+
+def test_when_no_checkpoint_restores_the_error_lists_each_and_nothing_moves(tmp_path):
+    ckpt = Checkpointer(str(tmp_path), keep=None, async_save=False)
+    _save(ckpt, [5, 10])
+    damage(ckpt.path(5), "metadata overwritten")
+    damage(ckpt.path(10), "manifest deleted")
+    with pytest.raises(checkpoint.UnreadableCheckpoint) as e:
+        ckpt.restore_newest(_abstract())
+    msg = str(e.value)
+    assert msg.startswith(f"no checkpoint in {ckpt.directory} can be restored; tried: ")
+    assert f"{ckpt.path(10)} cannot be restored (state/manifest.ocdbt is missing" in msg
+    assert f"{ckpt.path(5)} cannot be restored (state/_METADATA is not JSON)" in msg
+    assert "\n" not in msg and sorted(os.listdir(ckpt.directory)) == ["10", "5"]
+    ckpt.close()
+
+
+def test_average_refuses_damaged_inputs_by_name(tmp_path):
+    ckpt = Checkpointer(str(tmp_path), keep=None, async_save=False)
+    _save(ckpt, [5, 10, 15])
+    damage(ckpt.path(5), "array data cut short")
+    damage(ckpt.path(15), "every file emptied")
+    ckpt.close()
+    with pytest.raises(checkpoint.UnreadableCheckpoint) as e:
+        average_last(str(tmp_path), 3, _abstract().params)
+    msg = str(e.value)
+    assert msg.startswith("not averaging: ") and "\n" not in msg
+    assert f"{tmp_path}/checkpoints/5 cannot be restored" in msg
+    assert f"{tmp_path}/checkpoints/15 cannot be restored" in msg
+    assert "checkpoints/10 " not in msg
+    assert not os.path.exists(tmp_path / "averaged" / "15")
+
+
+# ---------------------------------------------------------------- failed writes
+def fail_writes_under(monkeypatch, fragment: str) -> None:
+    """Makes Orbax's file writes (JSON items, metadata) fail with a full disk under any path
+    containing `fragment`: the array data of that checkpoint is written, then the disk fills."""
+    from etils import epath
+
+    real = epath.Path.write_text
+
+    def write_text(self, *args, **kwargs):
+        if fragment in str(self):
+            raise OSError(errno.ENOSPC, "No space left on device", str(self))
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(epath.Path, "write_text", write_text)
+
+
+# Orbax's background threads report the injected failure again as they wind down.
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+@pytest.mark.parametrize("async_save", [False, True])
+def test_a_failed_save_names_it_and_leaves_the_earlier_checkpoints(
+    tmp_path, monkeypatch, async_save
+):
+    ckpt = Checkpointer(str(tmp_path), keep=2, async_save=async_save, every_steps=5)
+    _save(ckpt, [5, 10])
+    before = {step: _files(ckpt.path(step)) for step in (5, 10)}
+    fail_writes_under(monkeypatch, "/15.orbax-checkpoint-tmp")
+    with pytest.raises(wd.WriteFailed) as e:
+        _save(ckpt, [15])
+    assert str(e.value).startswith(f"checkpoint {ckpt.path(15)} was not written (OSError: ")
+    assert "No space left on device" in str(e.value)
+    # Nothing was pruned for a checkpoint that never completed, and no reader sees a step 15.
+    assert {step: _files(ckpt.path(step)) for step in (5, 10)} == before
+    assert ckpt.all_steps() == [5, 10]
+    assert Checkpointer(str(tmp_path)).all_steps() == [5, 10]
+    assert ckpt.restore_newest(_abstract())[0] == 10
+    monkeypatch.undo()  # space again: the same step saves, and pruning resumes
+    _save(ckpt, [15])
+    assert ckpt.all_steps() == [10, 15]
+    ckpt.close()
+
+
+def test_a_failed_average_leaves_the_earlier_average(tmp_path, monkeypatch):
+    ckpt = Checkpointer(str(tmp_path), keep=None, async_save=False)
+    _save(ckpt, [5, 10, 15])
+    ckpt.close()
+    params = _abstract().params
+    average_last(str(tmp_path), 3, params)
+    fail_writes_under(monkeypatch, "/.staging/")
+    with pytest.raises(wd.WriteFailed, match=r"averaged checkpoint .*averaged/15 was not written"):
+        average_last(str(tmp_path), 2, params)
+    assert checkpoint.averaged_steps(str(tmp_path)) == [15]
+    kept, meta = checkpoint.restore_averaged(str(tmp_path), 15, params)
+    assert meta["averaged_steps"] == [5, 10, 15]
+    np.testing.assert_array_equal(np.asarray(kept["w"]), np.full(3, 10.0))
+    monkeypatch.undo()
+    average_last(str(tmp_path), 2, params)  # replaces it whole
+    new, meta = checkpoint.restore_averaged(str(tmp_path), 15, params)
+    assert meta["averaged_steps"] == [10, 15]
+    np.testing.assert_array_equal(np.asarray(new["w"]), np.full(3, 12.5))
+    assert sorted(os.listdir(tmp_path / "averaged")) == [".staging", "15"]
+    assert os.listdir(tmp_path / "averaged" / ".staging") == []
+
+
+def test_write_atomic_that_fails_half_way_changes_nothing(tmp_path, monkeypatch):
+    path = tmp_path / "test.hyp.de"
+    path.write_text("earlier\n")
+
+    def fsync(fd):  # the text is in the temporary file; the disk fills as it is flushed
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    with pytest.raises(wd.WriteFailed) as e:
+        wd.write_atomic(str(path), "new\n" * 1000)
+    assert str(e.value) == f"{path} was not written (No space left on device); nothing was changed"
+    assert path.read_text() == "earlier\n" and os.listdir(tmp_path) == ["test.hyp.de"]
+    monkeypatch.undo()
+    with pytest.raises(wd.WriteFailed, match=r"missing/x\.txt was not written \(No such file"):
+        wd.write_atomic(str(tmp_path / "missing" / "x.txt"), "x")

@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -45,6 +46,50 @@ def test_translate_cli_reads_stdin_and_files(root, workdir, tmp_path):
         str(tmp_path / "out.txt"),
     )
     assert (tmp_path / "out.txt").read_text() == out
+
+
+def run_tx_fails(root, *args, stdin=None):
+    """A command that must fail as a user error: exit 2, one line, no traceback."""
+    res = subprocess.run(
+        [sys.executable, "-m", "tx", *args], cwd=root, input=stdin, capture_output=True, timeout=600
+    )
+    err = res.stderr.decode()
+    assert res.returncode == 2, err[-3000:]
+    assert "Traceback" not in err and err.count("error: ") == 1, err[-3000:]
+    return err
+
+
+def test_translate_input_invalid_utf8_bom_and_crlf(root, workdir, tmp_path):
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes(b"The dog sees a cat.\nWe count \xff birds.\n")
+    err = run_tx_fails(root, "translate", "--workdir", workdir, "--input", str(bad))
+    assert f"error: {bad}:2: invalid UTF-8 at byte offset 29 " in err
+    err = run_tx_fails(root, "translate", "--workdir", workdir, stdin=bad.read_bytes())
+    assert "error: <stdin>:2: invalid UTF-8 at byte offset 29 " in err
+    # A BOM and Windows line ends change nothing: the same translations as plain text.
+    plain = "The dog sees a cat.\n\nWe count three small birds.\n"
+    windows = tmp_path / "windows.txt"
+    windows.write_bytes(b"\xef\xbb\xbf" + plain.replace("\n", "\r\n").encode())
+    got = run_tx(root, "translate", "--workdir", workdir, "--input", str(windows))
+    assert got == run_tx(root, "translate", "--workdir", workdir, stdin=plain)
+
+
+def test_damaged_checkpoints_are_refused_by_name(root, workdir, tmp_path):
+    from test_checkpoint import damage
+
+    run = tmp_path / "run"
+    shutil.copytree(workdir, run, ignore=shutil.ignore_patterns("averaged"))
+    damage(str(run / "checkpoints" / "15"), "array data cut short")
+    damage(str(run / "checkpoints" / "20"), "metadata overwritten")
+    err = run_tx_fails(root, "translate", "--workdir", str(run), "--checkpoint", "15", stdin=b"x")
+    assert f"error: {run}/checkpoints/15 cannot be restored (ValueError: " in err
+    assert "choose another with --checkpoint STEP (available: [5, 10, 20])" in err
+    err = run_tx_fails(root, "evaluate", "--workdir", str(run))  # the latest: 20
+    assert f"error: {run}/checkpoints/20 cannot be restored (state/_METADATA is not JSON)" in err
+    err = run_tx_fails(root, "average", "--workdir", str(run), "--last", "3")
+    assert f"error: not averaging: {run}/checkpoints/15 cannot be restored (" in err
+    assert f"; {run}/checkpoints/20 cannot be restored (state/_METADATA is not JSON)" in err
+    assert sorted(os.listdir(run / "checkpoints")) == ["10", "15", "20", "5"]  # none moved
 
 
 def test_average_then_evaluate_json(root, workdir):
@@ -93,15 +138,17 @@ def test_dev_bleu_hook_scores_current_parameters(workdir):
     assert scores["tok_bleu"] == full["tok_bleu"]
 
 
-def test_a_directory_that_is_not_a_run_is_named(root, tmp_path):
-    res = subprocess.run(
-        [sys.executable, "-m", "tx", "evaluate", "--workdir", str(tmp_path)],
-        cwd=root,
-        capture_output=True,
-        text=True,
-    )
-    assert res.returncode == 2 and "Traceback" not in res.stderr
-    assert f"error: {tmp_path} is not a tx run (it has no config.json)" in res.stderr
+@pytest.mark.parametrize("command", ["evaluate", "translate", "average"])
+def test_a_directory_that_is_not_a_run_is_named(root, tmp_path, tiny, command):
+    # Even with --config given: the command needs what training wrote there.
+    err = run_tx_fails(root, command, "--workdir", str(tmp_path), "--config", tiny.path)
+    assert f"error: {tmp_path} is not a tx run (it has no config.json)" in err
+
+
+def test_commands_without_a_workdir_say_so(root, tiny):
+    for command in ("train", "translate"):
+        err = run_tx_fails(root, command, "--config", tiny.path)
+        assert f"error: {command} needs --workdir DIR" in err
 
 
 def test_translate_cli_takes_another_search_strategy(root, workdir):

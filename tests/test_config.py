@@ -1,10 +1,11 @@
 import json
+import random
 import subprocess
 import sys
 
 import pytest
 
-from tx.config import ConfigError, load_config, model_config
+from tx.config import ConfigError, load_config, model_config, split_config_args
 from tx.counting import analytic_param_count, param_counts
 
 
@@ -37,6 +38,11 @@ def test_overrides_apply_and_types_are_checked(root):
         ("decode.strategy=nucleus", "decode.strategy"),
         ("decode.temperature=0.0", "decode.temperature"),
         ("decode.top_k=-1", "decode.top_k"),
+        ("data.on_bad_line=ignore", "data.on_bad_line"),
+        ("mesh.heartbeat_timeout_secs=0", "mesh.heartbeat_timeout_secs"),
+        ("optim.b1=None", "optim.b1"),  # found by the fuzzing below: a TypeError before
+        ("model={}", "model"),  # and an AttributeError
+        ("train.num_steps={'a': 1}", "train.num_steps"),  # a message of several lines
     ],
 )
 def test_invalid_configs_name_the_key(root, override, key):
@@ -49,6 +55,21 @@ def test_config_knows_every_search_strategy():
     from tx.search import STRATEGIES
 
     assert SEARCH_STRATEGIES == STRATEGIES
+
+
+def test_config_knows_every_bad_line_policy():
+    from tx.config import ON_BAD_LINE
+    from tx.data import sources
+
+    assert ON_BAD_LINE == sources.ON_BAD_LINE
+
+
+def test_a_run_config_from_before_later_keys_loads_with_their_defaults(root, tmp_path):
+    saved = json.loads(load_config(base(root)).to_json_best_effort())
+    del saved["data"]["on_bad_line"], saved["mesh"]["heartbeat_timeout_secs"]
+    (tmp_path / "config.json").write_text(json.dumps(saved))
+    cfg = load_config(str(tmp_path / "config.json"))
+    assert cfg.data.on_bad_line == "error" and cfg.mesh.heartbeat_timeout_secs == 100
 
 
 def test_table3_rows_load(root):
@@ -120,3 +141,63 @@ def test_info_cli_rejects_unknown_key(root):
         cwd=root,
     )
     assert res.returncode == 2 and "model.foo" in res.stderr
+
+
+# ---------------------------------------------------------------- fuzzing the command line
+ODD_VALUES = (
+    "", "0", "-1", "1.5", "1e309", "nan", "-inf", "True", "false", "None", "'x'", '"', "x=y",
+    "[1, 2", "(1,)", "{}", "{'a': 1}", "b'x'", "1+2j", "...", "1_000", "\x00", "é", " 7 ",
+    "[" * 300 + "]" * 300, "9" * 5000, "(" * 50_000, "lambda: 0", "__import__('os')",
+)  # fmt: skip
+
+
+def _leaf_keys(cfg, prefix=""):
+    for key, value in cfg.items():
+        if hasattr(value, "items"):
+            yield from _leaf_keys(value, f"{prefix}{key}.")
+        else:
+            yield f"{prefix}{key}"
+
+
+def test_random_command_lines_give_a_config_or_a_config_error(root):
+    """Seeded (no new dependency, the same cases every run): 600 command lines of real and
+    misspelt keys, sections, odd values and stray tokens. Each gives a validated config or a
+    one-line ConfigError, never another exception."""
+    rng = random.Random(16)
+    keys = [*_leaf_keys(load_config(base(root))), "model", "mesh.shape", "model.", ".x", "a..b"]
+    tokens = ["--config", "--config.", "--config=", "--workdir", "x", "--config.model.d_model"]
+    outcomes = {"config": 0, "error": 0}
+    for _ in range(600):
+        argv = []
+        for _ in range(rng.randint(1, 4)):
+            key = rng.choice(keys) if rng.random() < 0.9 else rng.choice(keys) + "x"
+            value = rng.choice(ODD_VALUES) if rng.random() < 0.6 else str(rng.randint(-3, 99))
+            form = rng.random()
+            if form < 0.6:
+                argv.append(f"--config.{key}={value}")
+            elif form < 0.9:
+                argv += [f"--config.{key}", value]
+            else:
+                argv.append(rng.choice(tokens))
+        rest, path, overrides = split_config_args(argv)
+        assert path is None or isinstance(path, str)
+        try:
+            cfg = load_config(base(root), overrides)
+        except ConfigError as e:
+            assert "\n" not in str(e), argv
+            outcomes["error"] += 1
+            continue
+        except Exception as e:  # noqa: BLE001 - the property under test
+            pytest.fail(f"{argv!r} raised {type(e).__name__}: {e!s:.300}")
+        outcomes["config"] += 1
+        last = dict(item.partition("=")[::2] for item in overrides)
+        for key, raw in last.items():  # a config that loads holds what was asked for last
+            if raw.lstrip("-").isdigit() and len(raw) < 9 and "vocab_size" not in key:
+                assert _value(cfg, key) in (int(raw), float(raw), raw), (key, raw)
+    assert min(outcomes.values()) > 50, outcomes  # both outcomes were exercised
+
+
+def _value(cfg, dotted):
+    for part in dotted.split("."):
+        cfg = cfg[part]
+    return cfg

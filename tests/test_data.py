@@ -2,6 +2,7 @@
 
 import dataclasses
 import itertools
+import random
 
 import numpy as np
 import pytest
@@ -107,6 +108,64 @@ def test_text_source_invalid_utf8_names_file_and_line(tmp_path):
     write(tmp_path / "y.de", b"gut\n\xff\xfe kaputt\n", mode="wb")
     with pytest.raises(sources.DataError, match=r"y\.de:2: invalid UTF-8"):
         list(sources.text_split(str(tmp_path / "y"), "en", "de"))
+
+
+def test_invalid_utf8_error_names_line_and_byte_offset_of_the_file(tmp_path):
+    write(tmp_path / "y.en", "ok\nfine\nthird\n")
+    write(tmp_path / "y.de", b"gut\nsch\xc3\xb6n \xff\nok\n", mode="wb")
+    with pytest.raises(sources.DataError) as e:
+        list(sources.text_split(str(tmp_path / "y"), "en", "de"))
+    # Byte 4 starts line 2; "schön " is 7 bytes, so the 0xff is at offset 11.
+    assert str(e.value).startswith(f"{tmp_path}/y.de:2: invalid UTF-8 at byte offset 11 ")
+    assert "\\xff" in str(e.value) and "data.on_bad_line=skip" in str(e.value)
+    assert open(tmp_path / "y.de", "rb").read()[11:12] == b"\xff"
+
+
+def test_on_bad_line_skip_leaves_out_the_pair_and_counts_it(tmp_path, caplog):
+    write(tmp_path / "s.en", b"one\ntw\xe9o\nthree\nfour\n", mode="wb")  # Latin-1 \xe9
+    write(tmp_path / "s.de", b"eins\nzwei\ndrei\nvi\x80er\n", mode="wb")
+    strict = sources.text_split(str(tmp_path / "s"), "en", "de")
+    skip = sources.text_split(str(tmp_path / "s"), "en", "de", on_bad_line="skip")
+    with caplog.at_level("WARNING"):
+        assert list(skip) == [("one", "eins"), ("three", "drei")]  # both sides stay aligned
+    assert "left out 2 pair(s) with invalid UTF-8 (lines 2, 4)" in caplog.text
+    assert "s.en:2: invalid UTF-8" in caplog.text  # the first one, in full
+    assert skip.fingerprint != strict.fingerprint  # their token caches never mix
+
+
+def test_dev_and_test_text_never_skip_bad_lines(tmp_path, tiny):
+    write(tmp_path / "d.en", b"a\n\xff\n", mode="wb")
+    write(tmp_path / "d.de", "a\nb\n")
+    data = tiny(
+        "data.source=text",
+        f"data.train_prefix={tmp_path}/d",
+        f"data.dev_prefix={tmp_path}/d",
+        "data.on_bad_line=skip",
+    ).data
+    assert list(sources.load_split(data, "train")) == [("a", "a")]
+    with pytest.raises(sources.DataError, match=r"d\.en:2: invalid UTF-8") as e:
+        list(sources.load_split(data, "dev"))
+    assert "on_bad_line" not in str(e.value)  # not offered: a test set is scored whole
+
+
+def test_bom_and_crlf_are_not_text_anywhere_else_they_are(tmp_path):
+    write(tmp_path / "b.en", b"\xef\xbb\xbfHello\r\nWorld\r\n", mode="wb")
+    write(tmp_path / "b.de", b"Hallo\n\xef\xbb\xbfWelt\rx\n", mode="wb")
+    pairs = list(sources.text_split(str(tmp_path / "b"), "en", "de"))
+    assert pairs == [("Hello", "Hallo"), ("World", "\ufeffWelt\rx")]
+    lines = sources.read_lines([b"\xef\xbb\xbfa\r\n", b"\r\n", b"b\r\r\n", b"c"], "<stdin>")
+    assert lines == ["a", "", "b\r", "c"]  # one CR before LF is the line end, no more
+
+
+def test_utf16_and_empty_files_are_named(tmp_path):
+    write(tmp_path / "u.en", "hello\n".encode("utf-16"), mode="wb")
+    write(tmp_path / "u.de", "hallo\n")
+    with pytest.raises(sources.DataError, match=r"u\.en starts with a UTF-16 byte order mark"):
+        list(sources.text_split(str(tmp_path / "u"), "en", "de"))
+    write(tmp_path / "e.en", "")
+    write(tmp_path / "e.de", "")
+    with pytest.raises(sources.DataError, match=r"e\.en and .*e\.de are empty"):
+        sources.text_split(str(tmp_path / "e"), "en", "de")
 
 
 def test_text_source_missing_file(tmp_path):
@@ -451,3 +510,102 @@ def test_chunks_helper():
 
     assert [len(c) for c in _chunked(iter(range(5)), 2)] == [2, 2, 1]
     assert list(itertools.islice(_chunked(iter([]), 3), 1)) == []
+
+
+# ---------------------------------------------------------------- fuzzing text and tokens
+# Seeded loops (no new dependency; the same cases every run). Pieces that make up the inputs.
+PIECES = (
+    "a", "Hallo Welt", " ", "\t", "\r", "\r\n", "\n", "\n\n", "\x00", "\x0b", "\x1b[0m", "é",
+    "ß", "€", "\u00a0", "\u200b", "\ufeff", "\ufffd", "\u202e", "e\u0301", "日本語", "😀",
+    "\U0010ffff",
+)  # fmt: skip
+BAD_BYTES = (b"\xff", b"\xfe", b"\x80", b"\xc3", b"\xe2\x82", b"\xed\xa0\x80", b"\xf4\x90\x80\x80")
+
+
+def _random_bytes(rng: random.Random) -> bytes:
+    kind = rng.random()
+    if kind < 0.1:
+        return bytes(rng.randrange(256) for _ in range(rng.randrange(64)))  # noise
+    data = "".join(rng.choice(PIECES) for _ in range(rng.randrange(40))).encode()
+    if kind < 0.3:
+        data = b"\xef\xbb\xbf" + data  # a BOM
+    if kind > 0.6:  # one invalid sequence somewhere
+        at = rng.randrange(len(data) + 1)
+        data = data[:at] + rng.choice(BAD_BYTES) + data[at:]
+    return data
+
+
+def _expected_lines(data: bytes) -> list[str]:
+    """The reader's contract, written independently: UTF-8, one BOM dropped at the start,
+    lines end at LF, one CR before it dropped."""
+    text = data.decode("utf-8").removeprefix("\ufeff")
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()  # text ending in LF has no further line
+    return [line.removesuffix("\r") for line in lines]
+
+
+def _check_read(data: bytes, path) -> list[str] | None:
+    """Reads `data` from `path`: the lines, or None after checking the error is the right one."""
+    path.write_bytes(data)
+    try:
+        with open(path, "rb") as f:
+            lines = sources.read_lines(f, str(path))
+    except sources.DataError as e:
+        if data.startswith((b"\xff\xfe", b"\xfe\xff")):
+            assert str(e).startswith(f"{path} starts with a UTF-16 byte order mark"), str(e)
+            return None
+        with pytest.raises(UnicodeDecodeError) as bad:
+            data.decode("utf-8")
+        at = bad.value.start  # the first invalid byte: its line and offset must be named
+        line = data[:at].count(b"\n") + 1
+        assert str(e).startswith(f"{path}:{line}: invalid UTF-8 at byte offset {at} ("), str(e)
+        assert "\n" not in str(e)
+        return None
+    assert lines == _expected_lines(data), data
+    return lines
+
+
+def test_random_bytes_read_as_written_or_name_the_first_bad_byte(tmp_path):
+    rng = random.Random(16)
+    read = sum(_check_read(_random_bytes(rng), tmp_path / "f") is not None for _ in range(2000))
+    assert 500 < read < 1900  # both outcomes exercised
+    assert _check_read(b"", tmp_path / "f") == []
+    huge = ("wort " * 400_000).encode()  # a 2 MB line, then one with a bad byte at its end
+    assert _check_read(b"\xef\xbb\xbf" + huge + b"\r\nx", tmp_path / "f") == [huge.decode(), "x"]
+    assert _check_read(huge + b"\xff\n", tmp_path / "f") is None
+
+
+def test_random_text_files_pair_up_or_fail_clearly(tmp_path):
+    rng = random.Random(17)
+    for _ in range(300):
+        src, tgt = _random_bytes(rng), _random_bytes(rng)
+        (tmp_path / "r.en").write_bytes(src)
+        (tmp_path / "r.de").write_bytes(tgt)
+        try:
+            pairs = list(sources.text_split(str(tmp_path / "r"), "en", "de"))
+        except sources.DataError as e:
+            assert "\n" not in str(e) and str(tmp_path) in str(e), str(e)
+            continue
+        expected = zip(_expected_lines(src), _expected_lines(tgt), strict=True)
+        assert pairs == [(s.strip(), t.strip()) for s, t in expected]
+
+
+def test_tokenizer_takes_any_text_and_round_trips_its_own_alphabet(vocab):
+    tok = Tokenizer(vocab)
+    rng = random.Random(18)
+    texts = ["", " ", "\ufeff", "\x00" * 3, "a" * 100_000]
+    texts += ["".join(rng.choice(PIECES) for _ in range(rng.randrange(30))) for _ in range(300)]
+    for text, batched in zip(texts, tok.encode_batch(texts), strict=True):
+        ids = tok.encode(text)
+        assert ids == batched and ids[-1] == EOS_ID and EOS_ID not in ids[:-1], text
+        assert all(0 <= i < tok.vocab_size for i in ids), text
+        assert isinstance(tok.decode(ids), str)
+    # Text made of the training corpus' own characters, single-spaced: back exactly.
+    alphabet = sorted(
+        {c for pair in demo_corpus.generate("train", 0, 2000) for s in pair for c in s}
+    )
+    for _ in range(300):
+        words = ["".join(rng.choices(alphabet, k=rng.randint(1, 12))).strip() for _ in range(9)]
+        text = " ".join(w for w in " ".join(words).split(" ") if w)
+        assert tok.decode(tok.encode(text)) == text, text

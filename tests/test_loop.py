@@ -12,21 +12,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from conftest import Tiny
+from test_checkpoint import _files, damage
 
-from tx.checkpoint import Checkpointer
+from tx.checkpoint import Checkpointer, UnreadableCheckpoint
 from tx.config import ConfigError
 from tx.loop import Diverged, train
 from tx.trainer import abstract_train_state, build
-
-
-@pytest.fixture(scope="module")
-def vocab(tmp_path_factory, tiny):
-    """One vocabulary for every run here, so runs are comparable bit for bit."""
-    from tx.data import dataset
-
-    workdir = str(tmp_path_factory.mktemp("vocab"))
-    dataset.vocabulary(tiny().data, workdir)
-    return os.path.join(workdir, "spm.model")
+from tx.workdir import WriteFailed
 
 
 def test_tiny_training_end_to_end(vocab, tmp_path, tiny):
@@ -124,6 +116,8 @@ def _wait_for_checkpoint(workdir, proc, at_least, timeout=120):
 
 
 def test_sigkill_and_resume_is_bitwise_identical(root, vocab, tmp_path, tiny):
+    """Killed twice; after the second kill the newest checkpoint is damaged on disk, so the last
+    run resumes from the one before it (set aside, never deleted), still bit for bit."""
     steps = 40
     ref_dir, run_dir = tmp_path / "ref", tmp_path / "run"
     subprocess.run(_train_cmd(ref_dir, vocab, steps), check=True, cwd=root, capture_output=True)
@@ -139,7 +133,15 @@ def test_sigkill_and_resume_is_bitwise_identical(root, vocab, tmp_path, tiny):
         proc.send_signal(signal.SIGKILL)
         assert proc.wait() == -signal.SIGKILL  # killed mid-run, not finished
         killed_at.append(Checkpointer(str(run_dir)).latest_step())
-    subprocess.run(_train_cmd(run_dir, vocab, steps), check=True, cwd=root, capture_output=True)
+    damaged = os.path.join(run_dir, "checkpoints", str(killed_at[1]))
+    damage(damaged, "metadata overwritten")  # the issue's case
+    before = _files(damaged)
+    res = subprocess.run(
+        _train_cmd(run_dir, vocab, steps), check=True, cwd=root, capture_output=True, text=True
+    )
+    assert f"{damaged} cannot be restored (state/_METADATA is not JSON)" in res.stderr
+    assert f"resuming from {run_dir}/checkpoints step {killed_at[1] - 1}" in res.stderr
+    assert _files(damaged + ".damaged") == before  # kept as it was, past pruning (keep 20)
     assert killed_at[0] < killed_at[1] < steps, killed_at
     cfg = tiny()
     ref, ref_pos = _final_params(ref_dir, cfg, steps)
@@ -171,6 +173,38 @@ def test_sigterm_saves_a_checkpoint_and_exits_cleanly(root, vocab, tmp_path):
     step = Checkpointer(str(tmp_path)).latest_step()
     assert step is not None and step >= 5
     shutil.rmtree(tmp_path)
+
+
+def test_resume_with_no_readable_checkpoint_names_each_and_changes_nothing(vocab, tmp_path, tiny):
+    cfg = tiny(f"data.vocab_path={vocab}", "train.num_steps=2", "train.checkpoint_every_steps=1")
+    train(cfg, str(tmp_path))
+    for step in (1, 2):
+        damage(str(tmp_path / "checkpoints" / str(step)), "every file emptied")
+    with pytest.raises(UnreadableCheckpoint) as e:
+        train(tiny(f"data.vocab_path={vocab}", "train.num_steps=4"), str(tmp_path))
+    assert f"checkpoints/2 cannot be restored (state/_METADATA is not JSON); {tmp_path}" in str(
+        e.value
+    )
+    assert "checkpoints/1 cannot be restored" in str(e.value)
+    assert sorted(os.listdir(tmp_path / "checkpoints")) == ["1", "2"]
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+def test_a_checkpoint_that_cannot_be_written_stops_training_and_resume_goes_on(
+    vocab, tmp_path, tiny, monkeypatch, caplog
+):
+    from test_checkpoint import fail_writes_under
+
+    cfg = tiny(f"data.vocab_path={vocab}", "train.num_steps=6", "train.checkpoint_every_steps=3")
+    fail_writes_under(monkeypatch, "/6.orbax-checkpoint-tmp")  # the disk fills at step 6
+    with pytest.raises(WriteFailed, match=r"checkpoint .*checkpoints/6 was not written \(OSError"):
+        train(cfg, str(tmp_path))
+    monkeypatch.undo()
+    assert Checkpointer(str(tmp_path)).all_steps() == [3]
+    with caplog.at_level("INFO"):
+        assert train(cfg, str(tmp_path))["step"] == 6
+    assert f"resuming from {tmp_path}/checkpoints step 3" in caplog.text
+    assert Checkpointer(str(tmp_path)).all_steps() == [3, 6]
 
 
 def test_workdir_refuses_another_vocabulary(vocab, tmp_path, tiny):

@@ -65,3 +65,21 @@ def test_strategies_and_nbest(run):
     assert [h[0][0].tolist() for h in first] == [h[0][0].tolist() for h in again]
     with pytest.raises(ValueError, match="nbest=2"):
         translate_ids(loaded, ids, sample, buckets, nbest=2)
+
+
+def test_odd_text_translates_line_for_line(run):
+    """Control characters, NUL, a BOM inside a line, unseen scripts, a long line: one output
+    line per input line, never an exception (unknown pieces decode as the unknown symbol)."""
+    cfg, loaded = run
+    lines = [
+        "\x00",
+        "\ufeffThe dog sees a cat.",
+        "\x1b[31mred\x1b[0m \u202eevil\u202c",
+        "日本語のテキスト 😀",
+        "\t \u00a0 \u200b",
+        "We count three small birds. " * 12,
+        "",
+    ]
+    out = translate(loaded, lines, cfg)
+    assert len(out) == len(lines) and out[-1] == ""
+    assert all(isinstance(o, str) for o in out)

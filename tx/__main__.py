@@ -27,7 +27,7 @@ os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
 
 from tx import workdir
 from tx.config import ConfigError, load_config, model_config, split_config_args
-from tx.distributed import initialize
+from tx.distributed import LaunchError, ProcessLost, exit_now, initialize, process_lost
 
 # Each command imports what it needs when it runs: `info` and `--help` need not pay seconds
 # for TensorFlow and Orbax.
@@ -74,30 +74,26 @@ def _batches_on(cfg, devices: int, run: str | None) -> dict:
     return {"devices": devices, "data_shards": shards, "lengths": lengths, **report}
 
 
-def _need_workdir(args) -> str:
-    if not args.workdir:
-        raise SystemExit("error: --workdir DIR is required")
-    return args.workdir
-
-
 def _train(args, cfg) -> int:
     from tx.evaluate import dev_bleu_hook
     from tx.loop import train
 
-    workdir = _need_workdir(args)
-    hook = dev_bleu_hook(cfg, workdir) if cfg.train.eval_bleu_every_steps else None
-    metrics = train(cfg, workdir, bleu_hook=hook)
+    hook = dev_bleu_hook(cfg, args.workdir) if cfg.train.eval_bleu_every_steps else None
+    metrics = train(cfg, args.workdir, bleu_hook=hook)
     print(json.dumps({k: round(v, 6) if isinstance(v, float) else v for k, v in metrics.items()}))
     return 0
 
 
 def _translate(args, cfg) -> int:
+    from tx.data.sources import read_lines
     from tx.translate import load_model, translate
 
-    loaded = load_model(cfg, _need_workdir(args), args.checkpoint)
-    source = open(args.input, encoding="utf-8") if args.input else sys.stdin
-    with source:
-        lines = [line.rstrip("\r\n") for line in source]
+    if args.input:  # read (and checked) before the model is loaded: bad input fails at once
+        with open(args.input, "rb") as f:
+            lines = read_lines(f, args.input)
+    else:
+        lines = read_lines(sys.stdin.buffer, "<stdin>")
+    loaded = load_model(cfg, args.workdir, args.checkpoint)
     if args.alignments:
         outputs = _aligned(args, cfg, loaded, lines)
     else:
@@ -131,7 +127,7 @@ def _aligned(args, cfg, loaded, lines: list[str]) -> list[str]:
 def _average(args, cfg) -> int:
     from tx.checkpoint import average
 
-    path, steps = average(cfg, _need_workdir(args), args.last)
+    path, steps = average(cfg, args.workdir, args.last)
     print(json.dumps({"averaged": path, "steps": steps}))
     return 0
 
@@ -142,7 +138,7 @@ def _evaluate(args, cfg) -> int:
 
     if args.by_length and args.bucket_width <= 0:
         raise SystemExit(f"error: --bucket_width must be positive, got {args.bucket_width}")
-    loaded = load_model(cfg, _need_workdir(args), args.checkpoint)
+    loaded = load_model(cfg, args.workdir, args.checkpoint)
     width = args.bucket_width if args.by_length else 0
     result = evaluate_split(
         cfg, args.workdir, args.split, loaded, args.bootstrap, args.output, width
@@ -187,7 +183,7 @@ def _attention(args, cfg) -> int:
     from tx.pictures import attention_pictures
     from tx.translate import load_model
 
-    loaded = load_model(cfg, _need_workdir(args), args.checkpoint)
+    loaded = load_model(cfg, args.workdir, args.checkpoint)
     out = args.out or os.path.join(workdir.plots_dir(args.workdir), "attention")
     for path in attention_pictures(loaded, cfg, args.text or "", out):
         print(f"wrote {path}")
@@ -324,44 +320,95 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _without_traceback(record: logging.LogRecord) -> bool:
+    """Libraries' errors keep their message, not their traceback: Orbax logs a failed
+    background save with one per thread, and the command's own one-line error says what
+    failed and what is intact."""
+    record.exc_info, record.exc_text = None, None
+    return True
+
+
+def _unraisable(info) -> None:
+    """Drops one harmless report: after a failed save, TensorStore's callbacks still arrive for
+    Orbax's event loop, which is closed by then. Anything else is reported as usual."""
+    if isinstance(info.exc_value, RuntimeError) and str(info.exc_value) == "Event loop is closed":
+        return
+    sys.__unraisablehook__(info)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     for noisy in ("absl", "jax._src", "orbax", "tensorflow"):
         logging.getLogger(noisy).setLevel(logging.ERROR)
+        logging.getLogger(noisy).addFilter(_without_traceback)
+    # tx runs no event loop of its own: asyncio's reports come from Orbax's tasks, whose
+    # failures Orbax has raised already (dozens of "never retrieved" lines after a full disk).
+    logging.getLogger("asyncio").setLevel(logging.CRITICAL)
+    sys.unraisablehook = _unraisable
     rest, config_path, overrides = split_config_args(argv)
     args = _parser().parse_args(rest)
     args.workdirs, args.workdir = args.workdir or [], (args.workdir or [None])[0]
     if len(args.workdirs) > 1 and args.command != "plot":
         print(f"error: {args.command} takes one --workdir", file=sys.stderr)
         return 2
-    initialize(args.coordinator_address, args.num_processes, args.process_id)
-    if args.command in NO_CONFIG:
-        args.overrides = overrides  # reproduce: applied to every row's config
-        return _run(args, None)
+    args.overrides = overrides  # reproduce applies them to every row's config
     try:
-        if config_path is None and args.workdir and args.command not in ("train", "demo"):
-            config_path = workdir.require_run(args.workdir)  # the run's resolved config
-        config_path = config_path or DEFAULT_CONFIGS.get(args.command)
-        cfg = load_config(config_path, overrides) if config_path else None
-    except (ConfigError, workdir.NotARun) as e:
+        cfg = None if args.command in NO_CONFIG else _config(args, config_path, overrides)
+        # After the config (it sets the heartbeat timeout), before anything touches a device.
+        initialize(
+            args.coordinator_address,
+            args.num_processes,
+            args.process_id,
+            cfg.mesh.heartbeat_timeout_secs if cfg is not None else None,
+        )
+    except (ConfigError, workdir.NotARun, UsageError, LaunchError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    if cfg is None:
-        print("error: --config FILE is required", file=sys.stderr)
+    try:
+        return _run(args, cfg)
+    except _user_errors() as e:  # bad input: one clear line, no traceback
+        print(f"error: {e}", file=sys.stderr)
+        if isinstance(e, ProcessLost):
+            exit_now(2)
         return 2
-    return _run(args, cfg)
+
+
+class UsageError(ValueError):
+    """Command-line options that do not make a command."""
+
+
+RUN_COMMANDS = ("translate", "average", "evaluate", "attention")  # they read what `train` wrote
+
+
+def _config(args, config_path: str | None, overrides: list[str]):
+    """The command's config: --config, else the run's resolved config.json for the commands
+    that read a run, else the command's default."""
+    if args.command in ("train", *RUN_COMMANDS) and not args.workdir:
+        raise UsageError(f"{args.command} needs --workdir DIR")
+    if args.command in RUN_COMMANDS:
+        run_config = workdir.require_run(args.workdir)
+        config_path = config_path or run_config
+    config_path = config_path or DEFAULT_CONFIGS.get(args.command)
+    if config_path is None:
+        raise UsageError("--config FILE is required")
+    return load_config(config_path, overrides)
 
 
 def _run(args, cfg) -> int:
+    """Runs the command; a collective that failed because another process died becomes
+    ProcessLost (see tx.distributed)."""
     try:
         return COMMANDS[args.command](args, cfg)
-    except _user_errors() as e:  # bad input: one clear line, no traceback
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    except Exception as e:
+        lost = process_lost(e)
+        if lost is None:
+            raise
+        raise lost from e
 
 
 def _user_errors() -> tuple:
+    from tx.checkpoint import UnreadableCheckpoint
     from tx.data.sources import DataError
     from tx.data.tokenizer import VocabularyError
     from tx.loop import Diverged
@@ -377,6 +424,9 @@ def _user_errors() -> tuple:
         Diverged,
         StaleAverage,
         PictureError,
+        UnreadableCheckpoint,
+        workdir.WriteFailed,
+        ProcessLost,
         FileNotFoundError,
     )
 

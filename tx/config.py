@@ -22,8 +22,12 @@ from tx.model import ModelConfig
 from tx.sharding import AXES
 
 SECTIONS = ("model", "data", "optim", "train", "decode", "mesh")
-# tx.search.STRATEGIES (a test keeps them equal: config may not import downstream modules).
+# tx.search.STRATEGIES and tx.data.sources.ON_BAD_LINE (a test keeps them equal: config may
+# not import downstream modules).
 SEARCH_STRATEGIES = ("beam", "greedy", "sample")
+ON_BAD_LINE = ("error", "skip")
+# Keys added after runs were written: a run's config.json without them gets these values.
+LATER_KEYS = {"data.on_bad_line": "error", "mesh.heartbeat_timeout_secs": 100}
 
 
 class ConfigError(ValueError):
@@ -33,10 +37,18 @@ class ConfigError(ValueError):
 def load_config(path: str, overrides: Sequence[str] = ()) -> ml_collections.ConfigDict:
     """Imports `path` (optionally `path:arg`), applies `key=value` overrides and validates."""
     cfg = read_config(path)
+    _add_later_keys(cfg)
     for item in overrides:
         apply_override(cfg, item)
     validate(cfg)
     return cfg
+
+
+def _add_later_keys(cfg: ml_collections.ConfigDict) -> None:
+    for dotted, default in LATER_KEYS.items():
+        section, key = dotted.split(".")
+        if section in cfg and key not in cfg[section]:
+            cfg[section][key] = default
 
 
 def read_config(path: str) -> ml_collections.ConfigDict:
@@ -74,11 +86,17 @@ def apply_override(cfg: ml_collections.ConfigDict, item: str) -> None:
     leaf = parts[-1]
     if not isinstance(node, ml_collections.ConfigDict) or leaf not in node:
         raise ConfigError(f"unknown config key '{key}' in override {item!r}")
+    if isinstance(node[leaf], ml_collections.ConfigDict):  # a whole section: keys would go
+        raise ConfigError(f"config key '{key}' is a section: override its keys ({key}.KEY=VALUE)")
     value = _parse_value(raw, node[leaf])
+    if value is None and node[leaf] is not None:  # ml_collections would let None in
+        raise ConfigError(f"config key '{key}' cannot be None (override {item!r})")
     try:
         node[leaf] = value
-    except TypeError as e:
-        raise ConfigError(f"config key '{key}': {e}") from e
+    except TypeError as e:  # ml_collections' message holds the value's repr, lines and all
+        shown = raw if len(raw) <= 60 else raw[:57] + "..."
+        kind = type(node[leaf]).__name__ if node[leaf] is not None else "typed field"
+        raise ConfigError(f"config key '{key}' is a {kind}: cannot set it to {shown!r}") from e
 
 
 def _parse_value(raw: str, current):
@@ -126,6 +144,7 @@ def validate(cfg: ml_collections.ConfigDict) -> None:
         "train.log_every_steps",
         "decode.beam_size",
         "decode.batch_tokens",
+        "mesh.heartbeat_timeout_secs",
     )
     _check_nonnegative(
         cfg,
@@ -147,6 +166,10 @@ def validate(cfg: ml_collections.ConfigDict) -> None:
             f"{cfg.data.vocab_size}; the shared vocabulary sizes the embedding"
         )
     _check_decode(cfg.decode)
+    if cfg.data.on_bad_line not in ON_BAD_LINE:
+        raise ConfigError(
+            f"data.on_bad_line must be one of {ON_BAD_LINE}, got {cfg.data.on_bad_line!r}"
+        )
     if cfg.data.source not in ("demo", "text", "tfds", "trees"):
         raise ConfigError(
             f"data.source must be 'demo', 'text', 'tfds' or 'trees', got {cfg.data.source!r}"

@@ -2,8 +2,9 @@
 
     train(cfg, workdir) -> final metrics
 
-On start the latest checkpoint in `workdir` is restored (state and data position) onto the
-current mesh, whatever mesh wrote it. SIGTERM / SIGINT save a checkpoint and return; a
+On start the latest checkpoint in `workdir` that can be read is restored (state and data
+position) onto the current mesh, whatever mesh wrote it; unreadable newer ones are set aside
+(tx.checkpoint). SIGTERM / SIGINT save a checkpoint and return; a
 non-finite loss raises `Diverged` naming the step, leaving earlier checkpoints intact.
 The steps themselves are tx.trainer's; the paths and checks of the workdir, tx.workdir's.
 """
@@ -30,7 +31,7 @@ from tx.counting import train_flops_per_step
 from tx.data import dataset
 from tx.data.pipeline import POSITION_KEY, BatchSpec, PlannedBatch, eval_batches, materialize
 from tx.data.token_cache import TokenizedSplit
-from tx.distributed import barrier
+from tx.distributed import barrier, process_lost
 from tx.monitor import Progress, Summaries, Throughput, peak_tflops
 from tx.runcard import Segment
 
@@ -143,10 +144,17 @@ def train(
     dev = dataset.split_ids(cfg.data, workdir, tokenizer, "dev") if t.eval_every_steps else None
     summaries = Summaries(wd.tensorboard_dir(workdir), is_main())
     run = _Run(cfg, trainer, ckpt, spec, progress, summaries, dev, bleu_hook, card, peak)
+    lost = None
     try:
         return _loop(run, state, stream)
+    except Exception as e:
+        lost = process_lost(e)
+        if lost is not None:
+            raise lost from e
+        raise
     finally:
-        ckpt.close()
+        if lost is None:  # else Orbax would wait at a barrier for the dead process
+            ckpt.close()
         summaries.close()
 
 
@@ -162,11 +170,13 @@ def prepare_data(cfg: ml_collections.ConfigDict, workdir: str):
 
 
 def _restore_or_init(trainer, ckpt: Checkpointer, seed: int):
-    step = ckpt.latest_step()
-    if step is None:
+    """The newest checkpoint that restores (see Checkpointer.restore_newest), else a new state."""
+    restored = ckpt.restore_newest(trainer_lib.abstract_train_state(trainer))
+    if restored is None:
         return trainer_lib.create_train_state(trainer, seed), None
+    step, state, position = restored
     logging.info("resuming from %s step %d", ckpt.directory, step)
-    return ckpt.restore(step, trainer_lib.abstract_train_state(trainer))
+    return state, position
 
 
 def _loop(run: _Run, state, stream) -> dict:

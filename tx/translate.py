@@ -64,7 +64,13 @@ def load_model(
     avg_steps = checkpoint.averaged_steps(workdir)
     if checkpoint_step is None and avg_steps and averaged is not False:
         _check_fresh(cfg, workdir, avg_steps[-1])
-        params, meta = checkpoint.restore_averaged(workdir, avg_steps[-1], target)
+        try:
+            params, meta = checkpoint.restore_averaged(workdir, avg_steps[-1], target)
+        except checkpoint.UnreadableCheckpoint as e:
+            raise checkpoint.UnreadableCheckpoint(
+                f"{e}; average again with `python -m tx average --workdir {workdir}`, or choose "
+                "a training checkpoint with --checkpoint STEP"
+            ) from None
         source = f"averaged/{avg_steps[-1]} (steps {meta['averaged_steps']})"
     else:
         ckpt = checkpoint.Checkpointer(workdir, keep=None)
@@ -74,8 +80,15 @@ def load_model(
                 f"no checkpoint {'at step ' + str(step) if step is not None else ''} in "
                 f"{ckpt.directory} (available: {ckpt.all_steps()})"
             )
-        params = ckpt.restore_params(step, target)
-        ckpt.close()
+        try:  # never another checkpoint in its place: the user asked for this model
+            params = ckpt.restore_params(step, target)
+        except checkpoint.UnreadableCheckpoint as e:
+            others = [s for s in ckpt.all_steps() if s != step]
+            raise checkpoint.UnreadableCheckpoint(
+                f"{e}; choose another with --checkpoint STEP (available: {others})"
+            ) from None
+        finally:
+            ckpt.close()
         source = f"checkpoints/{step}"
     logging.info("translating with %s", source)
     return LoadedModel(Transformer(mc), params, tokenizer, source, layout)

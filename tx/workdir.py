@@ -16,6 +16,7 @@ A workdir belongs to one model and one vocabulary: resuming it with another is r
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 
@@ -42,6 +43,10 @@ FIXED_KEYS = (
 
 class NotARun(FileNotFoundError):
     """A directory given as --workdir that no training has written."""
+
+
+class WriteFailed(OSError):
+    """A file or checkpoint that could not be written whole; the message names it."""
 
 
 def config_file(workdir: str) -> str:
@@ -155,8 +160,20 @@ def _lookup(tree: dict, dotted: str):
 
 def write_atomic(path: str, text: str | bytes) -> None:
     """Writes the whole file (text, or bytes such as a PNG) under a temporary name, then
-    renames it: never half-written."""
+    renames it: never half-written.
+
+    A write that fails (a full disk, a missing directory) raises WriteFailed naming `path`,
+    leaves no temporary file, and leaves an earlier file at `path` as it was.
+    """
     tmp = path + ".tmp"
-    with open(tmp, "wb") if isinstance(text, bytes) else open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    try:
+        binary = isinstance(text, bytes)
+        with open(tmp, "wb") if binary else open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())  # a full disk may only show here (delayed allocation, NFS)
+        os.replace(tmp, path)
+    except OSError as e:
+        with contextlib.suppress(OSError):
+            os.remove(tmp)
+        raise WriteFailed(f"{path} was not written ({e.strerror or e}); nothing was changed") from e

@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 
+from tx.data.sources import DataError
 from tx.data.token_cache import TokenizedSplit
 
 # Real rows per batch may move this far off the token budget to fill every data shard, rather
@@ -239,7 +240,10 @@ class TrainStream:
         self, split: TokenizedSplit, keep: np.ndarray, spec: BatchSpec, position: dict | None = None
     ):
         if len(keep) == 0:
-            raise ValueError("no training pairs left after filtering (see data.max_len)")
+            raise DataError(
+                "no training pairs left after filtering: every pair is empty or longer than "
+                "data.max_len (or was left out by data.on_bad_line=skip)"
+            )
         self.split, self.keep, self.spec = split, keep, spec
         self._src_len, self._tgt_len = split.src_lengths, split.tgt_lengths
         self.rows = step_rows(self._src_len, self._tgt_len, keep, spec)

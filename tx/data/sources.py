@@ -4,6 +4,13 @@ a treebank (parsing as translation, tx.parsing).
 Each source gives, per split ("train", "dev", "test"), a `ParallelText`: an iterable of
 (source, target) strings in file order plus a fingerprint identifying its content, which keys
 the token-id cache. Bad input raises `DataError` naming the file and line.
+
+Text files are UTF-8, one sentence per line. A line ends at LF; a CR before it (Windows line
+ends) and a UTF-8 byte order mark at the start of the file are not text and are dropped; a BOM
+anywhere else, or a lone CR, is kept as a character. Invalid UTF-8 is an error naming the file,
+the line and the byte offset, unless training text is read with `data.on_bad_line="skip"`: then
+the pair is left out, and the pairs left out are counted in the log. Dev and test text has no
+such option: scores on a test set with sentences missing are not comparable.
 """
 
 from __future__ import annotations
@@ -11,8 +18,9 @@ from __future__ import annotations
 import dataclasses
 import glob
 import hashlib
+import logging
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 import ml_collections
 
@@ -24,6 +32,9 @@ SPLITS = ("train", "dev", "test")
 # TFDS split names: WMT14 dev = newstest2013 and test = newstest2014, as in the paper.
 TFDS_SPLITS = {"train": "train", "dev": "validation", "test": "test"}
 DEMO_EVAL_SIZE = 500  # dev and test sentences of the demo corpus
+ON_BAD_LINE = ("error", "skip")  # data.on_bad_line: what invalid UTF-8 in training text does
+UTF8_BOM = b"\xef\xbb\xbf"
+UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
 
 
 class DataError(ValueError):
@@ -52,7 +63,9 @@ def load_split(data: ml_collections.ConfigDict, split: str) -> ParallelText:
         prefix = {"train": data.train_prefix, "dev": data.dev_prefix, "test": data.test_prefix}
         if not prefix[split]:
             raise DataError(f"data.{split}_prefix is not set (needed for data.source='text')")
-        return text_split(prefix[split], data.src_lang, data.tgt_lang)
+        # Only training text may skip bad lines (None: no choice): dev and test are scored whole.
+        on_bad_line = data.get("on_bad_line", "error") if split == "train" else None
+        return text_split(prefix[split], data.src_lang, data.tgt_lang, on_bad_line)
     if data.source == "tfds":
         return tfds_split(data.tfds_name, split, data.src_lang, data.tgt_lang, data.tfds_data_dir)
     if data.source == "trees":
@@ -68,23 +81,35 @@ def demo_split(data: ml_collections.ConfigDict, split: str) -> ParallelText:
     return ParallelText(key, _sha(key), lambda: demo_corpus.generate(split, seed, size))
 
 
-def text_split(prefix: str, src_lang: str, tgt_lang: str) -> ParallelText:
+def text_split(
+    prefix: str, src_lang: str, tgt_lang: str, on_bad_line: str | None = "error"
+) -> ParallelText:
     """`<prefix>.<src_lang>` and `<prefix>.<tgt_lang>`: one sentence per line, aligned.
 
-    Line counts are checked before anything is read further; CRLF line ends are accepted;
-    invalid UTF-8 is reported with file and line.
+    Line counts are checked before anything is read further; see the module docstring for
+    line ends, byte order marks and `on_bad_line` ("error", "skip", or None: an error, and
+    skipping is not offered).
     """
+    if on_bad_line not in (*ON_BAD_LINE, None):
+        raise DataError(f"data.on_bad_line must be one of {ON_BAD_LINE}, got {on_bad_line!r}")
     src_path, tgt_path = f"{prefix}.{src_lang}", f"{prefix}.{tgt_lang}"
     for path in (src_path, tgt_path):
         if not os.path.isfile(path):
             raise DataError(f"data file not found: {path}")
+        with open(path, "rb") as f:  # before counting lines: UTF-16 has other line ends
+            _check_not_utf16(f.read(2), path)
     n_src, n_tgt = _count_lines(src_path), _count_lines(tgt_path)
     if n_src != n_tgt:
         raise DataError(f"line counts differ: {src_path} has {n_src} lines, {tgt_path} has {n_tgt}")
-    fingerprint = _sha(_file_digest(src_path) + _file_digest(tgt_path))
+    if n_src == 0:
+        raise DataError(f"{src_path} and {tgt_path} are empty")
+    digest = _file_digest(src_path) + _file_digest(tgt_path)
+    # Skipping changes which pairs a cache holds: it must not share one with "error".
+    fingerprint = _sha(digest + (":skip-bad-lines" if on_bad_line == "skip" else ""))
 
     def pairs():
-        yield from zip(_read_lines(src_path), _read_lines(tgt_path), strict=True)
+        with open(src_path, "rb") as s, open(tgt_path, "rb") as t:
+            yield from _aligned(decoded_lines(s, src_path), decoded_lines(t, tgt_path), on_bad_line)
 
     return ParallelText(f"text:{prefix}", fingerprint, pairs)
 
@@ -141,25 +166,90 @@ def gold_trees(data: ml_collections.ConfigDict, split: str) -> list[parsing.Tree
     return read_treebank(_tree_pattern(data, split))
 
 
+def _aligned(src, tgt, on_bad_line: str | None) -> Iterator[tuple[str, str]]:
+    """Pairs of stripped lines; a pair with a bad side raises, or is skipped and counted."""
+    skipped = []
+    for (lineno, s, s_bad), (_, t, t_bad) in zip(src, tgt, strict=True):
+        problem = s_bad or t_bad
+        if problem is None:
+            yield s.strip(), t.strip()
+        elif on_bad_line is None:
+            raise DataError(problem)
+        elif on_bad_line == "error":
+            raise DataError(f"{problem}; fix it, or set data.on_bad_line=skip to leave pairs out")
+        else:
+            if not skipped:
+                logging.warning("data.on_bad_line=skip: leaving out %s", problem)
+            skipped.append(lineno)
+    if skipped:
+        shown = ", ".join(map(str, skipped[:10])) + (", ..." if len(skipped) > 10 else "")
+        logging.warning(
+            "data.on_bad_line=skip: left out %d pair(s) with invalid UTF-8 (lines %s)",
+            len(skipped),
+            shown,
+        )
+
+
+def decoded_lines(f: Iterable[bytes], name: str) -> Iterator[tuple[int, str, str | None]]:
+    """(line number, text, problem) for each line of the binary file `f` (named `name` in
+    messages). `text` has no line end and no leading BOM; `problem` is None, or (text "") a
+    one-line description of the invalid UTF-8 naming the line and its byte offset in the file.
+    """
+    offset = 0
+    for lineno, raw in enumerate(f, 1):
+        start = offset
+        offset += len(raw)
+        if lineno == 1:
+            _check_not_utf16(raw, name)
+            if raw.startswith(UTF8_BOM):
+                raw, start = raw[len(UTF8_BOM) :], start + len(UTF8_BOM)
+                if not raw:  # the file is a BOM and nothing else: no lines
+                    return
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            bad = raw[e.start : e.end]
+            where = f"{name}:{lineno}: invalid UTF-8 at byte offset {start + e.start}"
+            yield lineno, "", f"{where} ({e.reason}: {bad!r})"
+            continue
+        yield lineno, _strip_line_end(text), None
+
+
+def _check_not_utf16(first: bytes, name: str) -> None:
+    """A UTF-16 file is invalid UTF-8 from its first byte: say what it is instead."""
+    if first.startswith(UTF16_BOMS):
+        raise DataError(
+            f"{name} starts with a UTF-16 byte order mark: tx reads UTF-8 "
+            "(convert it, e.g. `iconv -f UTF-16 -t UTF-8`)"
+        )
+
+
+def _strip_line_end(text: str) -> str:
+    if text.endswith("\n"):
+        text = text[:-1]
+    return text[:-1] if text.endswith("\r") else text
+
+
+def read_lines(f: Iterable[bytes], name: str) -> list[str]:
+    """Every line of `f` as text (see `decoded_lines`); DataError on the first invalid one."""
+    lines = []
+    for _, text, problem in decoded_lines(f, name):
+        if problem is not None:
+            raise DataError(problem)
+        lines.append(text)
+    return lines
+
+
 def _count_lines(path: str) -> int:
+    """Lines as `decoded_lines` reads them: a last line without LF counts, a BOM is no text."""
     n, last = 0, b"\n"
     with open(path, "rb") as f:
+        if f.read(len(UTF8_BOM)) != UTF8_BOM:
+            f.seek(0)
         while chunk := f.read(1 << 20):
             n += chunk.count(b"\n")
             last = chunk[-1:]
     return n + (last != b"\n")  # a last line without a newline still counts
-
-
-def _read_lines(path: str) -> Iterator[str]:
-    with open(path, "rb") as f:
-        for lineno, raw in enumerate(f, 1):
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as e:
-                raise DataError(
-                    f"{path}:{lineno}: invalid UTF-8 ({e.reason} at byte {e.start})"
-                ) from None
-            yield line.rstrip("\r\n").strip()
 
 
 def _file_digest(path: str) -> str:

@@ -1,0 +1,106 @@
+"""Several processes (jax.distributed, gloo, on this machine): when one dies or freezes, the
+other stops with an error within mesh.heartbeat_timeout_secs instead of waiting for ever."""
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+from conftest import ROOT, Tiny
+
+HEARTBEAT = 10  # mesh.heartbeat_timeout_secs for these runs
+SLACK = 20  # seconds beyond it: JAX's check interval and a loaded machine
+# What the survivor says: tx's line when a collective fails at once (the peer's sockets
+# closed), or JAX's own when its heartbeat check or error polling ends the process first.
+TX_SAYS = "another process has most likely died or become unreachable"
+JAX_SAYS = "Terminating process because the JAX distributed service detected fatal errors"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("localhost", 0))
+        return s.getsockname()[1]
+
+
+def _start_two(tmp_path, vocab) -> list:
+    """Processes 0 and 1 of one training run; each one's output goes to tmp_path/log<i>."""
+    port = _free_port()
+    env = {
+        **os.environ,
+        "XLA_FLAGS": "--xla_force_host_platform_device_count=1",
+        "JAX_PLATFORMS": "cpu",
+    }
+    procs = []
+    for i in range(2):
+        cmd = [
+            sys.executable, "-m", "tx", "train", "--config", Tiny.path,
+            "--workdir", str(tmp_path / "run"),
+            f"--config.data.vocab_path={vocab}",
+            "--config.train.num_steps=100000",
+            "--config.train.checkpoint_every_steps=1",
+            "--config.train.log_every_steps=1",
+            f"--config.mesh.heartbeat_timeout_secs={HEARTBEAT}",
+            "--coordinator_address", f"localhost:{port}",
+            "--num_processes", "2", "--process_id", str(i),
+        ]  # fmt: skip
+        log = open(tmp_path / f"log{i}", "w")
+        procs.append(subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=log))
+    return procs
+
+
+def _wait_for_step(tmp_path, procs, step: int, timeout: float = 240) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if f"step {step}/" in (tmp_path / "log0").read_text():
+            return
+        assert all(p.poll() is None for p in procs), (tmp_path / "log0").read_text()[-3000:]
+        time.sleep(0.2)
+    raise AssertionError("training did not start in time")
+
+
+def _survivor_exit(survivor, victim, how) -> tuple[int, float]:
+    """Signals the victim; returns the survivor's exit code and seconds until it exited."""
+    start = time.monotonic()
+    victim.send_signal(how)
+    try:
+        code = survivor.wait(timeout=HEARTBEAT + SLACK + 60)
+    finally:
+        for p in (survivor, victim):
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+    return code, time.monotonic() - start
+
+
+# About 35 s each on 2 idle cores (two JAX processes start); 0, which also hosts JAX's
+# coordination service, and the frozen process below are left to `-m slow`.
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("victim", [1, pytest.param(0, marks=pytest.mark.slow)])
+def test_a_killed_process_stops_the_other_within_the_timeout(tmp_path, vocab, victim):
+    procs = _start_two(tmp_path, vocab)
+    _wait_for_step(tmp_path, procs, 3)
+    code, seconds = _survivor_exit(procs[1 - victim], procs[victim], signal.SIGKILL)
+    said = (tmp_path / f"log{1 - victim}").read_text()
+    assert code != 0 and seconds < HEARTBEAT + SLACK, (code, seconds, said[-3000:])
+    if code == 2:  # tx noticed first: its one line, at once
+        assert f"error: process {1 - victim} of 2: an operation across processes" in said
+        assert TX_SAYS in said and seconds < 10, (seconds, said[-3000:])
+    else:  # JAX noticed first and aborted the process
+        assert code == -signal.SIGABRT and JAX_SAYS in said, (code, said[-3000:])
+    print(f"victim {victim}: survivor exit {code} after {seconds:.1f} s")
+
+
+@pytest.mark.multiprocess
+@pytest.mark.slow
+def test_a_frozen_process_stops_the_other_after_the_heartbeat_timeout(tmp_path, vocab):
+    """SIGSTOP: the process lives on, its sockets stay open, only its heartbeats stop."""
+    procs = _start_two(tmp_path, vocab)
+    _wait_for_step(tmp_path, procs, 3)
+    code, seconds = _survivor_exit(procs[0], procs[1], signal.SIGSTOP)
+    said = (tmp_path / "log0").read_text()
+    assert code != 0 and HEARTBEAT / 2 <= seconds < HEARTBEAT + SLACK, (code, seconds)
+    assert JAX_SAYS in said or TX_SAYS in said, said[-3000:]
+    print(f"frozen: survivor exit {code} after {seconds:.1f} s")
