@@ -10,7 +10,7 @@ Data:      the Penn Treebank is licensed, so the trees come from you: data.sourc
            dev = section 22, test = section 23. Source = the words; target = the tree
            linearized as Vinyals et al. (2015): `(S (NP XX XX )NP (VP XX )VP XX )S`
            (tx/parsing.py); F1 is EVALB's with COLLINS.prm, computed in Python
-           (tx.parsing.bracket_f1), over the parse read back with the gold POS tags.
+           (tx.evalb.bracket_f1), over the parse read back with the gold POS tags.
            semi: the same with the ~17M-sentence semi-supervised corpus (BerkeleyParser output
            on the high-confidence corpus, as the paper) as training trees.
 Model:     the paper: a 4-layer Transformer with d_model = 1024; "all other parameters remained

@@ -8,17 +8,15 @@ import subprocess
 import pytest
 
 from tx.data.sources import text_split
+from tx.evalb import bracket_f1, score_sentence, summarize
 from tx.parsing import (
     SLOT,
     Tree,
-    bracket_f1,
     delinearize,
     linearize,
     normalize,
     parse_trees,
     read_trees,
-    score_sentence,
-    summarize,
     tags,
     to_pairs,
     words,

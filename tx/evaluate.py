@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import ml_collections
 
-from tx import parsing, runcard, sharding
+from tx import evalb, parsing, runcard, sharding
 from tx import workdir as wd
 from tx.config import model_config
 from tx.data.dataset import split_text
@@ -60,7 +60,7 @@ def parse_scores(gold: list[parsing.Tree], hypotheses: list[str]) -> dict:
         parsing.delinearize(parsing.words(g), h, parsing.tags(g))
         for g, h in zip(gold, hypotheses, strict=True)
     ]
-    score = parsing.bracket_f1(gold, tests)
+    score = evalb.bracket_f1(gold, tests)
     return {
         "f1": score.f1,
         "precision": score.precision,
@@ -70,7 +70,7 @@ def parse_scores(gold: list[parsing.Tree], hypotheses: list[str]) -> dict:
         "num_sentences": len(gold),
         "scored_sentences": score.valid,
         "errors": score.error_count,
-        "f1_recipe": "EVALB COLLINS.prm (tx.parsing.bracket_f1); output repaired by "
+        "f1_recipe": "EVALB COLLINS.prm (tx.evalb.bracket_f1); output repaired by "
         "tx.parsing.delinearize with the gold POS tags",
     }
 
