@@ -1,0 +1,147 @@
+"""Translating with a CTranslate2 export (tx.export writes it): the same contract as tx.translate.
+
+    python -m tx translate --engine ctranslate2 --model DIR < in > out
+
+The search settings are the run's (DIR/tx_config.json `decode`): beam size, alpha, and the
+maximum output length, input sub-words + max_extra_len per sentence. CTranslate2 takes one
+maximum length per call, so sentences are decoded in groups of equal input length.
+
+Length penalty. CTranslate2's `length_penalty` divides a finished hypothesis's log-probability
+by |Y|^alpha; tx's (tx.search.length_penalty, the paper's GNMT form) by ((5 + |Y|)/6)^alpha.
+The two rank hypotheses of different lengths differently, so CTranslate2 is asked for its
+beam_size * PATIENCE finished hypotheses with their plain log-probabilities (a penalty of
+RAW_ALPHA, ~0, which also turns off its stop-at-the-first-finished rule) and they are re-ranked
+here with tx's penalty, |Y| counting EOS as tx does. What can still differ from tx's own search:
+the set of finished hypotheses (CTranslate2 stops after beam_size * PATIENCE of them; tx stops
+when no live hypothesis can beat its k-th), and sentences reaching the maximum length (tx then
+forces EOS and scores it; CTranslate2 stops without it). With alpha = 0 (or greedy) the search
+is CTranslate2's own early-stopping beam, which ranks as tx's does.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from collections import defaultdict
+
+import ml_collections
+import numpy as np
+
+from tx.data.tokenizer import Tokenizer
+from tx.export import CONFIG_FILE, EXPORT_FILE, VOCAB_FILE
+from tx.tokens import EOS_ID
+
+PATIENCE = 2  # finished hypotheses collected per beam slot before re-ranking
+RAW_ALPHA = 1e-9  # |Y|^1e-9 = 1 to float32 precision for |Y| < 10^6: plain log-probabilities
+
+
+class EngineError(ValueError):
+    """A model directory or setting the CTranslate2 engine cannot use."""
+
+
+@dataclasses.dataclass
+class CT2Model:
+    translator: object  # ctranslate2.Translator
+    tokenizer: Tokenizer
+    cfg: ml_collections.ConfigDict  # the run's config, as exported
+    source: str  # what translates: the directory, quantization and checkpoint
+    max_positions: int  # position table rows: inputs and outputs must fit
+    pieces: list[str]  # vocabulary, in tx's id order
+
+    def search_ids(self, sources: list[np.ndarray], decode_cfg, nbest: int = 1):
+        """tx.translate.translate_ids's contract: per sentence [(ids, score), ...], best first."""
+        return translate_ids(self, sources, decode_cfg, nbest)
+
+
+def load(model_dir: str, device: str = "cpu", compute_type: str = "default", threads: int = 0):
+    """Opens an export. `threads` = 0 lets CTranslate2 choose (one per core)."""
+    import ctranslate2
+
+    if not os.path.isfile(os.path.join(model_dir, EXPORT_FILE)):
+        raise EngineError(
+            f"--model {model_dir} is not a tx export (no {EXPORT_FILE}): write one with "
+            "`python -m tx export --workdir W --format ctranslate2 --out DIR`"
+        )
+    with open(os.path.join(model_dir, EXPORT_FILE)) as f:
+        record = json.load(f)
+    with open(os.path.join(model_dir, CONFIG_FILE)) as f:
+        cfg = ml_collections.ConfigDict(json.load(f))
+    tokenizer = Tokenizer(os.path.join(model_dir, VOCAB_FILE))
+    translator = ctranslate2.Translator(
+        model_dir, device=device, compute_type=compute_type, intra_threads=threads
+    )
+    sp = tokenizer.sp
+    return CT2Model(
+        translator,
+        tokenizer,
+        cfg,
+        f"ctranslate2:{model_dir} ({record['quantization']}, {record['checkpoint']})",
+        int(record["max_positions"]),
+        [sp.id_to_piece(i) for i in range(sp.get_piece_size())],
+    )
+
+
+def translate_ids(model: CT2Model, sources: list[np.ndarray], decode_cfg, nbest: int = 1):
+    """Token ids (each ending in EOS) -> per sentence a list of (ids, score), best first; the
+    score is the GNMT-penalised log-probability, as tx's beam search gives it."""
+    strategy, k = decode_cfg.strategy, int(decode_cfg.beam_size)
+    if strategy not in ("beam", "greedy"):
+        raise EngineError(
+            f"decode.strategy={strategy!r}: the CTranslate2 engine runs beam or greedy"
+        )
+    k = k if strategy == "beam" else 1
+    if not 1 <= nbest <= k:
+        raise ValueError(f"nbest={nbest}: decode.strategy={strategy!r} keeps {k}")
+    groups = defaultdict(list)  # input sub-words (without EOS) -> sentence numbers
+    for i, s in enumerate(sources):
+        groups[len(s) - 1].append(i)
+    results: list = [None] * len(sources)
+    for n, idx in sorted(groups.items()):
+        max_len = n + int(decode_cfg.max_extra_len)
+        _check_positions(model, n, max_len)
+        batch = [[model.pieces[t] for t in sources[i][:-1]] for i in idx]
+        for i, hyps in zip(idx, _search(model, batch, decode_cfg, k, max_len), strict=True):
+            results[i] = hyps[:nbest]
+    return results
+
+
+def _check_positions(model: CT2Model, n: int, max_len: int) -> None:
+    # The source has n + 1 positions (EOS); the decoder reads positions 0 .. max_len - 1.
+    if max(n + 1, max_len) > model.max_positions:
+        raise ValueError(
+            f"an input of {n + 1} tokens allows {max_len} output tokens, more than the "
+            f"{model.max_positions} positions of the exported table"
+        )
+
+
+def _search(model: CT2Model, batch: list[list[str]], decode_cfg, k: int, max_len: int):
+    """One CTranslate2 call for inputs of one length -> per input [(ids, score)] best first."""
+    alpha = float(decode_cfg.alpha)
+    rerank = alpha != 0.0 and k > 1
+    results = model.translator.translate_batch(
+        batch,
+        beam_size=k,
+        patience=PATIENCE if rerank else 1,
+        num_hypotheses=k * PATIENCE if rerank else k,
+        length_penalty=RAW_ALPHA if rerank else 0.0,
+        max_decoding_length=max_len,
+        max_input_length=0,  # tx never truncates an input
+        return_scores=True,
+        return_end_token=True,  # |Y| counts EOS in tx's penalty
+        max_batch_size=int(decode_cfg.batch_tokens),
+        batch_type="tokens",
+    )
+    index = {p: i for i, p in enumerate(model.pieces)}
+    eos = model.pieces[EOS_ID]
+    out = []
+    for r in results:
+        hyps = []
+        for tokens, score in zip(r.hypotheses, r.scores, strict=True):
+            length = len(tokens)  # with EOS, unless the maximum length cut it off
+            ids = np.array([index[t] for t in tokens if t != eos], np.int32)
+            if rerank:
+                score = score * length**RAW_ALPHA / ((5.0 + length) / 6.0) ** alpha
+            hyps.append((ids, float(score)))
+        out.append(sorted(hyps, key=lambda h: -h[1]) if rerank else hyps)
+    return out
