@@ -107,8 +107,9 @@ def translate_ids(model: CT2Model, sources: list[np.ndarray], decode_cfg, nbest:
 
 
 def _check_positions(model: CT2Model, n: int, max_len: int) -> None:
-    # The source has n + 1 positions (EOS); the decoder reads positions 0 .. max_len - 1.
-    if max(n + 1, max_len) > model.max_positions:
+    # The source has n + 1 positions (EOS); the decoder reads positions 0 .. max_len (the
+    # last one for the EOS that ends a hypothesis of max_len tokens).
+    if max(n + 1, max_len + 1) > model.max_positions:
         raise ValueError(
             f"an input of {n + 1} tokens allows {max_len} output tokens, more than the "
             f"{model.max_positions} positions of the exported table"
@@ -117,7 +118,7 @@ def _check_positions(model: CT2Model, n: int, max_len: int) -> None:
 
 def _search(model: CT2Model, batch: list[list[str]], decode_cfg, k: int, max_len: int):
     """One CTranslate2 call for inputs of one length -> per input [(ids, score)] best first."""
-    alpha = float(decode_cfg.alpha)
+    alpha = float(decode_cfg.alpha) if decode_cfg.strategy == "beam" else 0.0
     rerank = alpha != 0.0 and k > 1
     results = model.translator.translate_batch(
         batch,
@@ -126,22 +127,48 @@ def _search(model: CT2Model, batch: list[list[str]], decode_cfg, k: int, max_len
         num_hypotheses=k * PATIENCE if rerank else k,
         length_penalty=RAW_ALPHA if rerank else 0.0,
         max_decoding_length=max_len,
+        min_decoding_length=0,  # tx may end at once (CTranslate2 defaults to 1)
         max_input_length=0,  # tx never truncates an input
         return_scores=True,
-        return_end_token=True,  # |Y| counts EOS in tx's penalty
+        return_end_token=True,  # to tell ended hypotheses from those cut at max_len
         max_batch_size=int(decode_cfg.batch_tokens),
         batch_type="tokens",
     )
-    index = {p: i for i, p in enumerate(model.pieces)}
     eos = model.pieces[EOS_ID]
+    hyps = [
+        [
+            [list(t), s * len(t) ** RAW_ALPHA if rerank else s]
+            for t, s in zip(r.hypotheses, r.scores, strict=True)
+        ]
+        for r in results
+    ]
+    _end_cut_hypotheses(model, batch, hyps, eos)
+    index = {p: i for i, p in enumerate(model.pieces)}
     out = []
-    for r in results:
-        hyps = []
-        for tokens, score in zip(r.hypotheses, r.scores, strict=True):
-            length = len(tokens)  # with EOS, unless the maximum length cut it off
-            ids = np.array([index[t] for t in tokens if t != eos], np.int32)
-            if rerank:
-                score = score * length**RAW_ALPHA / ((5.0 + length) / 6.0) ** alpha
-            hyps.append((ids, float(score)))
-        out.append(sorted(hyps, key=lambda h: -h[1]) if rerank else hyps)
+    for h in hyps:  # tx's score: log-probability / ((5 + |Y|) / 6)^alpha, |Y| counting EOS
+        scored = [
+            (np.array([index[t] for t in toks[:-1]], np.int32), float(lp / _gnmt(len(toks), alpha)))
+            for toks, lp in h
+        ]
+        out.append(sorted(scored, key=lambda x: -x[1]))  # stable: CTranslate2's order on ties
     return out
+
+
+def _end_cut_hypotheses(model: CT2Model, batch, hyps, eos: str) -> None:
+    """Hypotheses CTranslate2 cut at the maximum length get the EOS that tx's search forces
+    there, with its log-probability (one scoring pass over the whole hypothesis)."""
+    cut = [
+        (b, j) for b, h in enumerate(hyps) for j, (toks, _) in enumerate(h) if toks[-1:] != [eos]
+    ]
+    if not cut:
+        return
+    scored = model.translator.score_batch(
+        [batch[b] for b, _ in cut], [hyps[b][j][0] for b, j in cut], max_input_length=0
+    )
+    for (b, j), r in zip(cut, scored, strict=True):
+        hyps[b][j] = [hyps[b][j][0] + [eos], float(np.sum(r.log_probs, dtype=np.float64))]
+
+
+def _gnmt(length: int, alpha: float) -> float:
+    """tx.search.length_penalty, in plain Python."""
+    return ((5.0 + length) / 6.0) ** alpha
