@@ -106,17 +106,12 @@ def _engine(args, cfg):
         return ct2.load(args.model, args.device, args.compute_type, args.threads)
     if args.model:
         raise ConfigError("--model DIR is for --engine ctranslate2")
-    from tx.translate import ensemble, load_model
+    from tx.translate import load_ensemble, load_model
 
     workdirs, steps = _members(args)
     if len(workdirs) == 1:
         return load_model(cfg, workdirs[0], steps[0])
-    members = []
-    for w, step in zip(workdirs, steps, strict=True):
-        member_cfg = cfg if w == args.workdir else load_config(workdir.require_run(w))
-        _check_positions(cfg, member_cfg, w)
-        members.append(load_model(member_cfg, w, step))
-    return ensemble(members)
+    return load_ensemble(cfg, workdirs, steps)
 
 
 def _members(args) -> tuple[list[str], list[int | None]]:
@@ -128,17 +123,6 @@ def _members(args) -> tuple[list[str], list[int | None]]:
         workdirs = workdirs * len(steps)
     steps = steps if len(steps) == len(workdirs) else [steps[0] if steps else None] * len(workdirs)
     return workdirs, steps
-
-
-def _check_positions(cfg, member_cfg, member: str) -> None:
-    """The first run's config checks input lengths: a member's learned table must be as long."""
-    limit = cfg.model.max_len if cfg.model.positional == "learned" else None
-    mine = member_cfg.model.max_len if member_cfg.model.positional == "learned" else None
-    if mine is not None and (limit is None or mine < limit):
-        raise ConfigError(
-            f"ensemble member {member}: its learned position table ({mine}) is shorter than "
-            "the first model's limit; put it first"
-        )
 
 
 def _export(args, cfg) -> int:

@@ -24,7 +24,7 @@ from jax.experimental import multihost_utils
 
 from tx import checkpoint, sharding
 from tx import workdir as wd
-from tx.config import model_config
+from tx.config import ConfigError, load_config, model_config
 from tx.data.pipeline import eval_batches
 from tx.data.tokenizer import Tokenizer
 from tx.ensemble import ensemble_decoder
@@ -122,6 +122,26 @@ def ensemble(members: list[LoadedModel]) -> LoadedModel:
     others = tuple(pair for m in members[1:] for pair in m.members)
     source = " + ".join(m.source for m in members)
     return dataclasses.replace(first, source=source, others=first.others + others)
+
+
+def load_ensemble(
+    cfg: ml_collections.ConfigDict, workdirs: list[str], steps: list[int | None]
+) -> LoadedModel:
+    """Workdir i's parameters at checkpoint steps[i] (None: averaged, else latest), as one
+    ensemble. `cfg` (the first run's) sets the search and the input limits: a member whose
+    learned position table is shorter than that limit is refused, not silently clamped."""
+    members = []
+    for w, step in zip(workdirs, steps, strict=True):
+        member_cfg = cfg if w == workdirs[0] else load_config(wd.require_run(w))
+        limit = cfg.model.max_len if cfg.model.positional == "learned" else None
+        mine = member_cfg.model.max_len if member_cfg.model.positional == "learned" else None
+        if mine is not None and (limit is None or mine < limit):
+            raise ConfigError(
+                f"ensemble member {w}: its learned position table ({mine}) is shorter than "
+                "the first model's input limit; put it first"
+            )
+        members.append(load_model(member_cfg, w, step))
+    return ensemble(members)
 
 
 @functools.partial(jax.jit, static_argnames=("models", "strategy", "max_steps"))
