@@ -95,9 +95,8 @@ def _tx(root, *args, stdin=None):
 def test_cli_translate_nbest(root, engines):
     cfg, loaded, _, out = engines
     text = "".join(line + "\n" for line in LINES)
-    lines = _tx(
-        root, "translate", "--engine", "ctranslate2", "--model", out, "--nbest", "2", stdin=text
-    )
+    args = ("--engine", "ctranslate2", "--model", out, "--threads", "1", "--nbest", "2")
+    lines = _tx(root, "translate", *args, stdin=text)
     rows = [line.split("\t") for line in lines.splitlines()]
     expected = translate_nbest(loaded, LINES, cfg, 2)
     assert [r[0] for r in rows] == ["0", "0", "1", "2", "2", "3"]  # empty lines: one entry
