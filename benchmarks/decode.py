@@ -1,13 +1,19 @@
 """Decoding speed: beam search (beam 4, alpha 0.6) over the demo test set, sentences/s and
-output tokens/s, and the speed-up of the key/value cache over recomputing the whole prefix.
+output tokens/s, and the speed-up of the key/value cache over recomputing the whole prefix;
+then the same test set through CTranslate2 exports (float32 and int8, tx.export), side by side
+with tx's own search: tokens/s, BLEU and the share of translations identical to tx's.
 
     python benchmarks/decode.py --workdir runs/demo     (a trained demo workdir)
+
+The workdir is only read: the exports go to a temporary directory. Every engine decodes the
+whole test set once untimed (compilation, first-call set-up), then once timed.
 """
 
 import argparse
 import functools
 import os
 import sys
+import tempfile
 import time
 
 import jax
@@ -18,12 +24,15 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from common import save  # noqa: E402
 
+from tx import ct2  # noqa: E402
 from tx.config import load_config  # noqa: E402
 from tx.data.dataset import split_text  # noqa: E402
+from tx.export import export  # noqa: E402
+from tx.metrics import sacrebleu_scores  # noqa: E402
 from tx.model import Transformer, incremental_decoder  # noqa: E402
 from tx.search import Decoder, beam_search  # noqa: E402
 from tx.tokens import UNK_ID  # noqa: E402
-from tx.translate import load_model, translate, translate_ids  # noqa: E402
+from tx.translate import load_model, translate_pairs  # noqa: E402
 
 
 @functools.partial(jax.jit, static_argnames=("model", "beam", "steps", "cached"))
@@ -86,21 +95,60 @@ def time_search(loaded, sources, cached, beam=4, extra=50):
     return time.perf_counter() - start, np.asarray(seqs)
 
 
+def time_engine(engine, sources, references, cfg) -> dict:
+    """One untimed pass (compilation, set-up), one timed; output tokens count EOS."""
+    translate_pairs(engine, sources, cfg)
+    start = time.perf_counter()
+    pairs = translate_pairs(engine, sources, cfg)
+    elapsed = time.perf_counter() - start
+    hyps = [engine.tokenizer.decode(out) for _, out in pairs]
+    tokens = sum(len(out) + 1 for _, out in pairs)
+    return {
+        "source": engine.source,
+        "seconds": elapsed,
+        "sentences_per_sec": len(sources) / elapsed,
+        "output_tokens_per_sec": tokens / elapsed,
+        "bleu": sacrebleu_scores(hyps, references)["bleu"],
+        "hypotheses": hyps,
+    }
+
+
+def ctranslate2_rows(cfg, workdir, sources, references, tx_hyps, threads) -> dict:
+    """CTranslate2 float32 and int8 exports of `workdir`, beside tx's hypotheses."""
+    rows = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for q in ("float32", "int8"):
+            out = os.path.join(tmp, q)
+            export(cfg, workdir, out, quantization=q)
+            for n in threads:
+                row = time_engine(ct2.load(out, threads=n), sources, references, cfg)
+                hyps = row.pop("hypotheses")
+                row["threads"] = n
+                row["identical_to_tx"] = sum(a == b for a, b in zip(hyps, tx_hyps, strict=True))
+                row["identical_share"] = row["identical_to_tx"] / len(sources)
+                rows[f"ctranslate2_{q}_threads{n}"] = row
+    return rows
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--workdir", default="runs/demo")
     p.add_argument("--uncached_sentences", type=int, default=64)
+    p.add_argument(
+        "--threads", default="1,2", help="CTranslate2 intra-op threads to measure, comma-separated"
+    )
     args = p.parse_args()
     cfg = load_config(os.path.join(args.workdir, "config.json"))
     loaded = load_model(cfg, args.workdir)
-    sources = [s for s, _ in split_text(cfg.data, "test")]
-    translate(loaded, sources[:64], cfg)  # compile the buckets
-    start = time.perf_counter()
-    ids = [np.asarray(loaded.tokenizer.encode(s), np.int32) for s in sources]
-    hyps = translate_ids(loaded, ids, cfg.decode, tuple(cfg.data.bucket_lengths))
-    elapsed = time.perf_counter() - start
-    out_tokens = sum(len(h[0][0]) + 1 for h in hyps)
+    pairs = split_text(cfg.data, "test")
+    sources, references = [s for s, _ in pairs], [r for _, r in pairs]
+    tx_row = time_engine(loaded, sources, references, cfg)
+    tx_hyps = tx_row.pop("hypotheses")
+    threads = [int(t) for t in args.threads.split(",")]
+    engines = {"tx_jax": tx_row}
+    engines.update(ctranslate2_rows(cfg, args.workdir, sources, references, tx_hyps, threads))
     n = args.uncached_sentences
+    ids = [np.asarray(loaded.tokenizer.encode(s), np.int32) for s in sources]
     sub = ids[:n]
     t_cached, s_cached = time_search(loaded, sub, cached=True)
     t_uncached, s_uncached = time_search(loaded, sub, cached=False)
@@ -108,12 +156,14 @@ def main():
         "decode",
         {
             "checkpoint": loaded.source,
-            "beam_size": 4,
-            "alpha": 0.6,
+            "beam_size": cfg.decode.beam_size,
+            "alpha": cfg.decode.alpha,
             "sentences": len(sources),
-            "seconds": elapsed,
-            "sentences_per_sec": len(sources) / elapsed,
-            "output_tokens_per_sec": out_tokens / elapsed,
+            "seconds": tx_row["seconds"],
+            "sentences_per_sec": tx_row["sentences_per_sec"],
+            "output_tokens_per_sec": tx_row["output_tokens_per_sec"],
+            "engines": engines,
+            "load_average_1min": os.getloadavg()[0],  # other jobs share these cores
             "cache_comparison": {
                 "sentences": n,
                 "cached_seconds": t_cached,

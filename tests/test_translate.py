@@ -5,7 +5,7 @@ import pytest
 
 from tx import workdir as wd
 from tx.config import load_config
-from tx.translate import load_model, translate, translate_ids
+from tx.translate import load_model, nbest_lines, translate, translate_ids, translate_nbest
 
 LINES = [
     "The dog sees a cat.",
@@ -83,3 +83,20 @@ def test_odd_text_translates_line_for_line(run):
     out = translate(loaded, lines, cfg)
     assert len(out) == len(lines) and out[-1] == ""
     assert all(isinstance(o, str) for o in out)
+
+
+def test_nbest_lines_best_first_with_empty_lines(run):
+    cfg, loaded = run
+    nbest = translate_nbest(loaded, LINES, cfg, 3)
+    assert [len(h) for h in nbest] == [3, 1, 3, 1, 3]
+    assert nbest[1] == [("", 0.0)] and nbest[3] == [("", 0.0)]  # nothing decoded
+    best = translate(loaded, LINES, cfg)
+    assert [h[0][0] for h in nbest] == best  # the first of each list is the translation
+    lines = nbest_lines(nbest)
+    rows = [line.split("\t") for line in lines]
+    assert [int(r[0]) for r in rows] == [0, 0, 0, 1, 2, 2, 2, 3, 4, 4, 4]
+    assert all(len(r) == 3 for r in rows)
+    for i in (0, 2, 4):
+        scores = [float(r[1]) for r in rows if int(r[0]) == i]
+        assert scores == sorted(scores, reverse=True)
+        assert scores[0] == pytest.approx(nbest[i][0][1], abs=1e-6)  # printed to 6 decimals

@@ -4,9 +4,12 @@ Commands:
   info       parameter counts (actual and analytic, beside the paper's) as JSON; with
              --devices N also rows and real tokens per step on N devices
   train      train (same as train.py)
-  translate  translate stdin or --input to stdout or --output (--alignments: word links)
+  translate  translate stdin or --input to stdout or --output (--alignments: word links;
+             --nbest N: n-best lists; --workdir W1 W2 ...: an ensemble; --engine ctranslate2)
   average    average the last N checkpoints into a new one
   evaluate   BLEU (sacreBLEU and the paper's tokenized BLEU) and chrF on a split
+  export     --format ctranslate2 --out DIR [--quantization int8]: a CTranslate2 model
+  serve      an HTTP JSON translation server (POST /translate, GET /health)
   attention  one sentence's attention maps (encoder, decoder, encoder-decoder) as PNGs
   plot       learning curves of runs (--workdir W [W2 ...]), or --positional encodings
   demo       the offline demo end to end: train, average, translate, score
@@ -86,16 +89,23 @@ def _train(args, cfg) -> int:
 
 def _translate(args, cfg) -> int:
     from tx.data.sources import read_lines
-    from tx.translate import load_model, translate
+    from tx.translate import nbest_lines, translate, translate_nbest
 
     if args.input:  # read (and checked) before the model is loaded: bad input fails at once
         with open(args.input, "rb") as f:
             lines = read_lines(f, args.input)
     else:
         lines = read_lines(sys.stdin.buffer, "<stdin>")
-    loaded = load_model(cfg, args.workdir, args.checkpoint)
+    loaded = _engine(args, cfg)
     if args.alignments:
+        if args.engine != "jax" or len(loaded.members) > 1:
+            raise ConfigError("--alignments needs one model and --engine jax")
         outputs = _aligned(args, cfg, loaded, lines)
+    elif args.nbest:
+        width = cfg.decode.beam_size if cfg.decode.strategy == "beam" else 1
+        if args.nbest > width:
+            raise ConfigError(f"--nbest {args.nbest}: decode.{cfg.decode.strategy} keeps {width}")
+        outputs = nbest_lines(translate_nbest(loaded, lines, cfg, args.nbest))
     else:
         outputs = translate(loaded, lines, cfg)
     text = "".join(o + "\n" for o in outputs)
@@ -103,6 +113,53 @@ def _translate(args, cfg) -> int:
         workdir.write_atomic(args.output, text)
     else:
         sys.stdout.write(text)
+    return 0
+
+
+def _engine(args, cfg):
+    """What translates: a CTranslate2 export (--engine ctranslate2 --model DIR), or the
+    parameters of one workdir, or an ensemble of several workdirs or checkpoints."""
+    if args.engine == "ctranslate2":
+        from tx import ct2
+
+        if not args.model or args.workdirs:
+            raise ConfigError("--engine ctranslate2 takes --model DIR (an export), no --workdir")
+        return ct2.load(args.model, args.device, args.compute_type, args.threads)
+    if args.model:
+        raise ConfigError("--model DIR is for --engine ctranslate2")
+    from tx.translate import load_ensemble, load_model
+
+    workdirs, steps = _members(args)
+    if len(workdirs) == 1:
+        return load_model(cfg, workdirs[0], steps[0])
+    return load_ensemble(cfg, workdirs, steps)
+
+
+def _members(args) -> tuple[list[str], list[int | None]]:
+    """Ensemble members: several workdirs, several checkpoints of one, or pairs of both."""
+    workdirs, steps = list(args.workdirs) or [args.workdir], list(args.checkpoints)
+    if len(workdirs) > 1 and len(steps) > 1 and len(steps) != len(workdirs):
+        raise ConfigError(f"{len(workdirs)} --workdir but {len(steps)} --checkpoint values")
+    if len(workdirs) == 1 and len(steps) > 1:
+        workdirs = workdirs * len(steps)
+    steps = steps if len(steps) == len(workdirs) else [steps[0] if steps else None] * len(workdirs)
+    return workdirs, steps
+
+
+def _export(args, cfg) -> int:
+    from tx.export import export
+
+    if not args.out:
+        raise ConfigError("export needs --out DIR")
+    record = export(cfg, args.workdir, args.out, args.format, args.quantization, args.checkpoint)
+    print(json.dumps(record))
+    return 0
+
+
+def _serve(args, cfg) -> int:
+    from tx.server import serve
+
+    serve(_engine(args, cfg), cfg, args.host, args.port)
     return 0
 
 
@@ -134,21 +191,29 @@ def _average(args, cfg) -> int:
 
 def _evaluate(args, cfg) -> int:
     from tx.evaluate import evaluate_split
-    from tx.translate import load_model
 
     if args.by_length and args.bucket_width <= 0:
         raise SystemExit(f"error: --bucket_width must be positive, got {args.bucket_width}")
-    loaded = load_model(cfg, args.workdir, args.checkpoint)
+    loaded = _engine(args, cfg)
+    # An export is scored into its own directory; the run card is the training run's.
+    where = args.workdir if args.engine == "jax" else args.model
     width = args.bucket_width if args.by_length else 0
     result = evaluate_split(
-        cfg, args.workdir, args.split, loaded, args.bootstrap, args.output, width
+        cfg,
+        where,
+        args.split,
+        loaded,
+        args.bootstrap,
+        args.output,
+        width,
+        record=args.engine == "jax",
     )
+    if args.engine != "jax":
+        result["engine"] = args.engine
     if args.by_length:
         from tx.pictures import by_length_picture
 
-        out = args.out or os.path.join(
-            workdir.plots_dir(args.workdir), f"bleu_by_length_{args.split}.png"
-        )
+        out = args.out or os.path.join(workdir.plots_dir(where), f"bleu_by_length_{args.split}.png")
         result["by_length_png"] = by_length_picture(result, out)
     if args.json:
         print(json.dumps(result))
@@ -238,7 +303,14 @@ COMMANDS = {
     "demo": _demo,
     "attention": _attention,
     "plot": _plot,
+    "export": _export,
+    "serve": _serve,
 }
+# Commands that take several --workdir (plot: curves) or --checkpoint (an ensemble).
+MANY_WORKDIRS = ("plot", "translate", "serve")
+MANY_CHECKPOINTS = ("translate", "serve")
+# Commands that may read the run's config from a CTranslate2 export (--model DIR).
+FROM_EXPORT = ("translate", "evaluate", "serve")
 DEFAULT_CONFIGS = {"demo": "configs/demo.py"}
 # plot reads event files or draws formulas; reproduce brings a config per row.
 NO_CONFIG = ("plot", "reproduce")
@@ -254,11 +326,20 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--workdir",
         nargs="+",
-        help="run directory (checkpoints, vocabulary, logs); plot takes several",
+        action="extend",
+        help="run directory (checkpoints, vocabulary, logs); plot takes several (curves), "
+        "translate and serve several (an ensemble)",
     )
     p.add_argument("--input", help="translate: read sentences from this file (default stdin)")
     p.add_argument("--output", help="translate / evaluate: write translations to this file")
-    p.add_argument("--checkpoint", type=int, help="use this training step's checkpoint")
+    p.add_argument(
+        "--checkpoint",
+        type=int,
+        nargs="+",
+        action="extend",
+        help="use this training step's checkpoint; translate and serve: several (an ensemble)",
+    )
+    _inference_arguments(p)
     p.add_argument(
         "--last", type=int, help="average: how many checkpoints (default decode.average_last)"
     )
@@ -336,6 +417,34 @@ def _unraisable(info) -> None:
     sys.__unraisablehook__(info)
 
 
+def _inference_arguments(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("inference (translate, evaluate, export, serve)")
+    g.add_argument("--nbest", type=int, help="translate: N best per line, `index\tscore\ttext`")
+    g.add_argument(
+        "--engine",
+        default="jax",
+        choices=("jax", "ctranslate2"),
+        help="translate / evaluate / serve: tx's own search, or a CTranslate2 export (--model)",
+    )
+    g.add_argument("--model", help="--engine ctranslate2: the directory `export` wrote")
+    g.add_argument("--device", default="cpu", help="--engine ctranslate2: cpu, cuda or auto")
+    g.add_argument(
+        "--compute_type",
+        default="default",
+        help="--engine ctranslate2: default (as exported), int8, float32, ...",
+    )
+    g.add_argument("--threads", type=int, default=0, help="--engine ctranslate2: 0 = one per core")
+    g.add_argument("--format", default="ctranslate2", help="export: the format")
+    g.add_argument(
+        "--quantization",
+        default="float32",
+        choices=("float32", "int8", "int16", "float16"),
+        help="export: weight type",
+    )
+    g.add_argument("--host", default="127.0.0.1", help="serve: address to listen on")
+    g.add_argument("--port", type=int, default=8080, help="serve: port")
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
@@ -349,8 +458,15 @@ def main(argv: list[str] | None = None) -> int:
     rest, config_path, overrides = split_config_args(argv)
     args = _parser().parse_args(rest)
     args.workdirs, args.workdir = args.workdir or [], (args.workdir or [None])[0]
-    if len(args.workdirs) > 1 and args.command != "plot":
+    args.checkpoints, args.checkpoint = args.checkpoint or [], (args.checkpoint or [None])[0]
+    if len(args.workdirs) > 1 and args.command not in MANY_WORKDIRS:
         print(f"error: {args.command} takes one --workdir", file=sys.stderr)
+        return 2
+    if len(args.checkpoints) > 1 and args.command not in MANY_CHECKPOINTS:
+        print(f"error: {args.command} takes one --checkpoint", file=sys.stderr)
+        return 2
+    if args.nbest is not None and args.nbest < 1:
+        print(f"error: --nbest must be >= 1, got {args.nbest}", file=sys.stderr)
         return 2
     args.overrides = overrides  # reproduce applies them to every row's config
     try:
@@ -378,21 +494,33 @@ class UsageError(ValueError):
     """Command-line options that do not make a command."""
 
 
-RUN_COMMANDS = ("translate", "average", "evaluate", "attention")  # they read what `train` wrote
+# They read what `train` wrote.
+RUN_COMMANDS = ("translate", "average", "evaluate", "attention", "export", "serve")
 
 
 def _config(args, config_path: str | None, overrides: list[str]):
     """The command's config: --config, else the run's resolved config.json for the commands
-    that read a run, else the command's default."""
-    if args.command in ("train", *RUN_COMMANDS) and not args.workdir:
+    that read a run (or the one a CTranslate2 export carries), else the command's default."""
+    from_export = bool(args.model) and args.command in FROM_EXPORT
+    if args.command in ("train", *RUN_COMMANDS) and not args.workdir and not from_export:
         raise UsageError(f"{args.command} needs --workdir DIR")
-    if args.command in RUN_COMMANDS:
+    if args.command in RUN_COMMANDS and args.workdir:
         run_config = workdir.require_run(args.workdir)
         config_path = config_path or run_config
+    elif from_export:
+        config_path = config_path or _export_config(args.model)
     config_path = config_path or DEFAULT_CONFIGS.get(args.command)
     if config_path is None:
         raise UsageError("--config FILE is required")
     return load_config(config_path, overrides)
+
+
+def _export_config(model_dir: str) -> str:
+    """The run's config an export carries (tx.export.CONFIG_FILE)."""
+    path = os.path.join(model_dir, "tx_config.json")
+    if not os.path.isfile(path):
+        raise ConfigError(f"--model {model_dir} is not a tx export (no tx_config.json)")
+    return path
 
 
 def _run(args, cfg) -> int:
@@ -409,8 +537,10 @@ def _run(args, cfg) -> int:
 
 def _user_errors() -> tuple:
     from tx.checkpoint import UnreadableCheckpoint
+    from tx.ct2 import EngineError
     from tx.data.sources import DataError
     from tx.data.tokenizer import VocabularyError
+    from tx.export import ExportError
     from tx.loop import Diverged
     from tx.pictures import PictureError
     from tx.sharding import MeshError
@@ -427,6 +557,8 @@ def _user_errors() -> tuple:
         UnreadableCheckpoint,
         workdir.WriteFailed,
         ProcessLost,
+        ExportError,
+        EngineError,
         FileNotFoundError,
     )
 

@@ -23,15 +23,18 @@ def evaluate_split(
     cfg: ml_collections.ConfigDict,
     workdir: str,
     split: str,
-    loaded: LoadedModel | None = None,
+    loaded=None,
     bootstrap: int = 0,
     output: str | None = None,
     by_length: int = 0,
+    record: bool = True,
 ) -> dict:
     """Translates every sentence of `split` and scores it; hypotheses go to a file.
 
     Returns score_all's dict plus `hypotheses_file` and `checkpoint`, and with `by_length`
     (a bucket width in source words) `by_length`: metrics.bleu_by_length's buckets.
+    `loaded` may be another engine (tx.ct2); `workdir` is then where hypotheses go, and
+    `record=False` keeps the scores out of a run card (they are not the run's own model's).
     """
     loaded = loaded or load_model(cfg, workdir)
     pairs = split_text(cfg.data, split)
@@ -48,7 +51,8 @@ def evaluate_split(
     if by_length:
         result["by_length"] = bleu_by_length(sources, hypotheses, references, by_length)
     result["search"] = search_recipe(cfg.decode)
-    runcard.record_scores(workdir, split, result)
+    if record:
+        runcard.record_scores(workdir, split, result)
     return result
 
 

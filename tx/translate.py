@@ -3,6 +3,11 @@
 Sentences are encoded, sorted into length buckets (one compiled decoder per bucket), decoded
 with the configured search (tx.search: beam by default) and returned in input order. Empty
 lines give empty translations.
+
+The text-level functions (translate, translate_nbest, translate_pairs) also drive another
+engine: anything with `tokenizer`, `source` and `search_ids(ids, decode_cfg, nbest)` with
+translate_ids's contract (tx.ct2: a CTranslate2 export). Several models decode as one
+ensemble (tx.ensemble) through `ensemble`.
 """
 
 from __future__ import annotations
@@ -19,9 +24,10 @@ from jax.experimental import multihost_utils
 
 from tx import checkpoint, sharding
 from tx import workdir as wd
-from tx.config import model_config
+from tx.config import ConfigError, load_config, model_config
 from tx.data.pipeline import eval_batches
 from tx.data.tokenizer import Tokenizer
+from tx.ensemble import ensemble_decoder
 from tx.model import Transformer, incremental_decoder
 from tx.search import Decoder, Strategy
 from tx.tokens import EOS_ID, PAD_ID
@@ -42,6 +48,13 @@ class LoadedModel:
     tokenizer: Tokenizer
     source: str  # which checkpoint the parameters came from
     layout: sharding.Layout
+    # Ensemble: further (model, params) members decoded with this one (see `ensemble`).
+    others: tuple = ()
+
+    @property
+    def members(self) -> tuple:
+        """((model, params), ...): this model first, then the ensemble's others."""
+        return ((self.model, self.params), *self.others)
 
 
 def load_model(
@@ -109,12 +122,53 @@ def _check_fresh(cfg: ml_collections.ConfigDict, workdir: str, averaged_step: in
         )
 
 
-@functools.partial(jax.jit, static_argnames=("model", "strategy", "max_steps"))
+def ensemble(members: list[LoadedModel]) -> LoadedModel:
+    """One LoadedModel that decodes with all `members` (tx.ensemble); they must share the
+    vocabulary. The first member's layout is used."""
+    first = members[0]
+    for m in members[1:]:
+        if m.tokenizer.fingerprint != first.tokenizer.fingerprint:
+            raise ValueError(
+                f"ensemble members need one vocabulary: {m.tokenizer.path} differs from "
+                f"{first.tokenizer.path}"
+            )
+    others = tuple(pair for m in members[1:] for pair in m.members)
+    source = " + ".join(m.source for m in members)
+    return dataclasses.replace(first, source=source, others=first.others + others)
+
+
+def load_ensemble(
+    cfg: ml_collections.ConfigDict, workdirs: list[str], steps: list[int | None]
+) -> LoadedModel:
+    """Workdir i's parameters at checkpoint steps[i] (None: averaged, else latest), as one
+    ensemble. `cfg` (the first run's) sets the search and the input limits: a member whose
+    learned position table is shorter than that limit is refused, not silently clamped."""
+    members = []
+    for w, step in zip(workdirs, steps, strict=True):
+        member_cfg = cfg if w == workdirs[0] else load_config(wd.require_run(w))
+        limit = cfg.model.max_len if cfg.model.positional == "learned" else None
+        mine = member_cfg.model.max_len if member_cfg.model.positional == "learned" else None
+        if mine is not None and (limit is None or mine < limit):
+            raise ConfigError(
+                f"ensemble member {w}: its learned position table ({mine}) is shorter than "
+                "the first model's input limit; put it first"
+            )
+        members.append(load_model(member_cfg, w, step))
+    return ensemble(members)
+
+
+@functools.partial(jax.jit, static_argnames=("models", "strategy", "max_steps"))
 def _search_batch(
-    model: Transformer, params, inputs, max_lengths, rng, *, strategy: Strategy, max_steps: int
+    models: tuple, params: tuple, inputs, max_lengths, rng, *, strategy: Strategy, max_steps: int
 ):
-    """inputs [b, s] -> (sequences [b, n, max_steps], scores [b, n]), n = strategy.width."""
-    decoder = Decoder(*incremental_decoder(model, params, inputs, strategy.width, max_steps))
+    """inputs [b, s] -> (sequences [b, n, max_steps], scores [b, n]), n = strategy.width.
+
+    One model, or an ensemble of several (`models` and `params` are tuples, one per member)."""
+    decoders = [
+        Decoder(*incremental_decoder(m, p, inputs, strategy.width, max_steps))
+        for m, p in zip(models, params, strict=True)
+    ]
+    decoder = decoders[0] if len(decoders) == 1 else ensemble_decoder(decoders)
     return strategy(decoder, max_lengths, max_steps, rng)
 
 
@@ -149,8 +203,8 @@ def translate_ids(
                 max_lengths[r] = lengths[i] - 1 + decode_cfg.max_extra_len
         mine = layout.process_rows(rows)
         seqs, scores = _search_batch(
-            loaded.model,
-            loaded.params,
+            tuple(m for m, _ in loaded.members),
+            tuple(p for _, p in loaded.members),
             layout.global_batch({"inputs": inputs[mine]})["inputs"],
             layout.global_rows(max_lengths[mine]),
             jax.random.fold_in(jax.random.PRNGKey(decode_cfg.seed), number),
@@ -176,37 +230,61 @@ def _strip(ids: np.ndarray) -> np.ndarray:
     return ids[: ends[0]] if len(ends) else ids
 
 
-def translate(
-    loaded: LoadedModel, sentences: list[str], cfg: ml_collections.ConfigDict, nbest: int = 1
-) -> list[str]:
+def translate(loaded, sentences: list[str], cfg: ml_collections.ConfigDict) -> list[str]:
     """Detokenized translations (best hypothesis), in input order; "" for empty input."""
-    pairs = translate_pairs(loaded, sentences, cfg, nbest)
+    pairs = translate_pairs(loaded, sentences, cfg)
     return [loaded.tokenizer.decode(out) for _, out in pairs]
 
 
+def translate_nbest(
+    loaded, sentences: list[str], cfg: ml_collections.ConfigDict, nbest: int
+) -> list[list[tuple[str, float]]]:
+    """Per sentence its `nbest` best (translation, score), best first; an empty line gives
+    [("", 0.0)] (nothing is decoded: the empty translation, log-probability 0)."""
+    out = [[("", 0.0)] for _ in sentences]
+    todo, _, hyps = _search_lines(loaded, sentences, cfg, nbest)
+    for i, h in zip(todo, hyps, strict=True):
+        out[i] = [(loaded.tokenizer.decode(ids), score) for ids, score in h]
+    return out
+
+
+def nbest_lines(nbest: list[list[tuple[str, float]]]) -> list[str]:
+    """`index \t score \t translation` lines (index from 0, in input order), best first."""
+    return [f"{i}\t{score:.6f}\t{text}" for i, hyps in enumerate(nbest) for text, score in hyps]
+
+
 def translate_pairs(
-    loaded: LoadedModel, sentences: list[str], cfg: ml_collections.ConfigDict, nbest: int = 1
+    loaded, sentences: list[str], cfg: ml_collections.ConfigDict
 ) -> list[tuple[np.ndarray, np.ndarray]]:
     """Per sentence (source ids, best output ids), both without EOS; empty for empty input.
 
     What `translate` decodes, for callers that need the sub-words too (alignments).
     """
+    empty = np.zeros(0, np.int32)
+    out = [(empty, empty)] * len(sentences)
+    todo, ids, hyps = _search_lines(loaded, sentences, cfg, 1)
+    for i, x, h in zip(todo, ids, hyps, strict=True):
+        out[i] = (x[:-1], h[0][0])
+    return out
+
+
+def _search_lines(loaded, sentences: list[str], cfg: ml_collections.ConfigDict, nbest: int):
+    """(numbers of the non-empty lines, their ids with EOS, their hypotheses [(ids, score)])."""
     positional_limit = cfg.model.max_len if cfg.model.positional == "learned" else None
-    todo = [(i, s) for i, s in enumerate(sentences) if s.strip()]
-    ids = [np.asarray(loaded.tokenizer.encode(s.strip()), np.int32) for _, s in todo]
+    todo = [i for i, s in enumerate(sentences) if s.strip()]
+    ids = [np.asarray(loaded.tokenizer.encode(sentences[i].strip()), np.int32) for i in todo]
     if positional_limit is not None:
-        for (i, _), x in zip(todo, ids, strict=True):
+        for i, x in zip(todo, ids, strict=True):
             if len(x) - 1 + cfg.decode.max_extra_len + 1 > positional_limit:
                 raise ValueError(
                     f"input line {i + 1}: {len(x)} tokens + "
                     f"{cfg.decode.max_extra_len} exceed model.max_len="
                     f"{positional_limit} of the learned position table"
                 )
-    empty = np.zeros(0, np.int32)
-    out = [(empty, empty)] * len(sentences)
     if not todo:
-        return out
-    hyps = translate_ids(loaded, ids, cfg.decode, tuple(cfg.data.bucket_lengths), nbest)
-    for (i, _), x, h in zip(todo, ids, hyps, strict=True):
-        out[i] = (x[:-1], h[0][0])
-    return out
+        return [], [], []
+    if isinstance(loaded, LoadedModel):
+        hyps = translate_ids(loaded, ids, cfg.decode, tuple(cfg.data.bucket_lengths), nbest)
+    else:  # another engine (tx.ct2)
+        hyps = loaded.search_ids(ids, cfg.decode, nbest)
+    return todo, ids, hyps
