@@ -88,7 +88,9 @@ def test_export_writes_a_whole_model(trained, tmp_path):
     cfg = load_config(wd.config_file(trained))
     out = str(tmp_path / "model")
     record = export(cfg, trained, out, quantization="int8")
-    assert record["quantization"] == "int8" and record["checkpoint"].startswith("checkpoints/")
+    # The newest average if another test of the session made one, else the latest checkpoint.
+    assert record["quantization"] == "int8"
+    assert record["checkpoint"].startswith(("checkpoints/", "averaged/"))
     files = set(os.listdir(out))
     assert {"model.bin", "config.json", "shared_vocabulary.json", "spm.model"} <= files
     assert {"tx_config.json", "tx_export.json"} <= files
