@@ -159,7 +159,7 @@ def test_plan_run_report_on_two_mini_rows(capsys, tmp_path):
     assert runcard.load(report["rows"][0]["workdir"])["segments"] == segments
 
 
-@pytest.mark.slow  # about 40 s on 2 idle cores; tests/test_evaluate.py covers the scoring
+@pytest.mark.slow  # measured 55 s on a loaded 2-core machine; test_evaluate covers scoring
 def test_table4_mini_runs_on_a_users_treebank(capsys, tmp_path):
     """Table 4's path end to end on a synthetic treebank: trees in, F1 out, in the report."""
     files = {

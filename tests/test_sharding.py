@@ -234,13 +234,13 @@ def test_processes_interleaved_along_the_batch_axis(tmp_path):
         assert not _decoded_like(json.loads(wrong.read_text()), reference)
 
 
-@pytest.mark.slow  # about 70 s on 2 idle cores
+@pytest.mark.slow  # two 2-process runs: the whole test took 138 s on a loaded 2-core machine
 @pytest.mark.multiprocess
 def test_processes_interleaved_along_the_batch_axis_train_like_one(tmp_path):
     _assert_trains_like_one(tmp_path, "data")
 
 
-@pytest.mark.slow  # about 60 s on 2 idle cores
+@pytest.mark.slow  # measured 77 s on a loaded 2-core machine
 @pytest.mark.multiprocess
 def test_tensor_axis_spanning_processes(tmp_path):
     """Mesh (2, 1, 2) whose tensor pairs are one device of each process: both processes hold
