@@ -90,6 +90,11 @@ def _aligned(args, cfg, loaded, lines: list[str]) -> list[str]:
     from tx.alignment import DEFAULT_LAYER, align
     from tx.translate import translate_pairs
 
+    if loaded.model.config.family != "transformer":
+        raise SystemExit(
+            "error: --alignments reads a Transformer's encoder-decoder attention; this run's "
+            f"model.family is {loaded.model.config.family!r}"
+        )
     layer = DEFAULT_LAYER if args.align_layer is None else args.align_layer
     layers = loaded.model.config.num_decoder_layers
     if not -layers <= layer < layers:

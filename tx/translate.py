@@ -22,7 +22,7 @@ from tx import workdir as wd
 from tx.config import model_config
 from tx.data.pipeline import eval_batches
 from tx.data.tokenizer import Tokenizer
-from tx.model import Transformer, incremental_decoder
+from tx.families import build_model, incremental_decoder
 from tx.search import Decoder, Strategy
 from tx.tokens import EOS_ID, PAD_ID
 
@@ -37,7 +37,7 @@ class StaleAverage(ValueError):
 
 @dataclasses.dataclass
 class LoadedModel:
-    model: Transformer
+    model: object  # tx.families.build_model: a Transformer or an RNNSeq2Seq
     params: object
     tokenizer: Tokenizer
     source: str  # which checkpoint the parameters came from
@@ -78,7 +78,7 @@ def load_model(
         ckpt.close()
         source = f"checkpoints/{step}"
     logging.info("translating with %s", source)
-    return LoadedModel(Transformer(mc), params, tokenizer, source, layout)
+    return LoadedModel(build_model(mc), params, tokenizer, source, layout)
 
 
 def _check_fresh(cfg: ml_collections.ConfigDict, workdir: str, averaged_step: int) -> None:
@@ -97,9 +97,7 @@ def _check_fresh(cfg: ml_collections.ConfigDict, workdir: str, averaged_step: in
 
 
 @functools.partial(jax.jit, static_argnames=("model", "strategy", "max_steps"))
-def _search_batch(
-    model: Transformer, params, inputs, max_lengths, rng, *, strategy: Strategy, max_steps: int
-):
+def _search_batch(model, params, inputs, max_lengths, rng, *, strategy: Strategy, max_steps: int):
     """inputs [b, s] -> (sequences [b, n, max_steps], scores [b, n]), n = strategy.width."""
     decoder = Decoder(*incremental_decoder(model, params, inputs, strategy.width, max_steps))
     return strategy(decoder, max_lengths, max_steps, rng)
@@ -185,7 +183,8 @@ def translate_pairs(
 
     What `translate` decodes, for callers that need the sub-words too (alignments).
     """
-    positional_limit = cfg.model.max_len if cfg.model.positional == "learned" else None
+    learned = cfg.model.get("positional") == "learned"  # only Transformers have positions
+    positional_limit = cfg.model.max_len if learned else None
     todo = [(i, s) for i, s in enumerate(sentences) if s.strip()]
     ids = [np.asarray(loaded.tokenizer.encode(s.strip()), np.int32) for _, s in todo]
     if positional_limit is not None:
