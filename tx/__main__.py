@@ -11,6 +11,7 @@ Commands:
   demo       the offline demo end to end: train, average, translate, score
   compile    lower and compile the train step ahead of time: memory and FLOPs
   reproduce  the paper's Tables 2, 3, 4: --plan (default), --run, --report (tx/reproduce.py)
+  road       the road to the Transformer: road digits | gradients | table1 | length (tx/road/)
 """
 
 from __future__ import annotations
@@ -211,6 +212,12 @@ def _reproduce(args, cfg) -> int:
     return reproduce(args, args.overrides)
 
 
+def _road(args, cfg) -> int:
+    from tx.road import main as road
+
+    return road(args.experiment, args.results, args.root, args.overrides)
+
+
 COMMANDS = {
     "info": _info,
     "compile": _compile,
@@ -222,10 +229,11 @@ COMMANDS = {
     "demo": _demo,
     "attention": _attention,
     "plot": _plot,
+    "road": _road,
 }
 DEFAULT_CONFIGS = {"demo": "configs/demo.py"}
-# plot reads event files or draws formulas; reproduce brings a config per row.
-NO_CONFIG = ("plot", "reproduce")
+# plot reads event files or draws formulas; reproduce and road bring their own configs.
+NO_CONFIG = ("plot", "reproduce", "road")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -235,6 +243,9 @@ def _parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("command", choices=sorted(COMMANDS))
+    p.add_argument(
+        "experiment", nargs="?", help="road: digits | gradients | table1 | length (tx/road/)"
+    )
     p.add_argument(
         "--workdir",
         nargs="+",
@@ -282,7 +293,9 @@ def _parser() -> argparse.ArgumentParser:
     g = p.add_argument_group("reproduce")
     g.add_argument("--table", type=int, help="reproduce: the paper's table (2, 3 or 4)")
     g.add_argument("--rows", help="reproduce: rows of the table, e.g. A1,B1 (default: all)")
-    g.add_argument("--root", default="runs", help="reproduce: one workdir per row under this")
+    g.add_argument(
+        "--root", default="runs", help="reproduce, road length: the workdirs go under this"
+    )
     mode = g.add_mutually_exclusive_group()
     mode.add_argument("--plan", action="store_true", help="reproduce: what would run (default)")
     mode.add_argument("--run", action="store_true", help="reproduce: run unfinished rows")
@@ -291,7 +304,7 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--steps", type=int, help="reproduce --scale mini: steps of a 100k-step row")
     g.add_argument("--hardware", help="reproduce --plan: h100x8, a100x8, v4-32, ...")
     g.add_argument("--mfu", type=float, help="reproduce --plan: expected MFU (0-1)")
-    g.add_argument("--results", default="results", help="reproduce: where reports go")
+    g.add_argument("--results", default="results", help="reproduce, road: where reports go")
     p.add_argument(
         "--bootstrap",
         type=int,
