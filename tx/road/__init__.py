@@ -20,6 +20,11 @@ import time
 EXPERIMENTS = ("digits", "gradients", "table1", "length")
 
 
+def config_path(path: str) -> str:
+    """`configs/...` relative to the repository (the package's parent), wherever we run."""
+    return os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(__file__))), path)
+
+
 def markdown_table(header: list[str], rows: list[list]) -> str:
     """A GitHub markdown table; cells are written with str()."""
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]

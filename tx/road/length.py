@@ -20,7 +20,7 @@ import numpy as np
 from tx import plots, runcard
 from tx.config import load_config, model_config
 from tx.counting import param_counts
-from tx.road import markdown_table
+from tx.road import config_path, markdown_table
 
 MODELS = (  # name, config, overrides
     ("rnn_seq2seq", "configs/rnn_seq2seq.py", ()),
@@ -28,11 +28,6 @@ MODELS = (  # name, config, overrides
     ("transformer", "configs/demo.py", ("data.pack=False",)),
 )
 BUCKET_WIDTH = 5  # source words per bucket: the demo's sentences have 2 to about 25 words
-
-
-def config_path(path: str) -> str:
-    """`configs/...` relative to the repository (the package's parent), wherever we run."""
-    return os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(__file__))), path)
 
 
 def train_and_score(name: str, path: str, overrides, root: str, say=print) -> dict:
