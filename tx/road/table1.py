@@ -72,10 +72,12 @@ def restricted_layer(d: int, r: int = R):
         b, n, _ = x.shape
         blocks = -(-n // r)
         pad = blocks * r - n
-        xp = jnp.pad(x, ((0, 0), (r, r + pad), (0, 0)))  # a block of zeros at each end
-        q = jnp.einsum("bnm,mhd->bnhd", xp, params["query"])
-        k = jnp.einsum("bnm,mhd->bnhd", xp, params["key"])
-        v = jnp.einsum("bnm,mhd->bnhd", xp, params["value"])
+        widths = ((0, 0), (r, r + pad), (0, 0), (0, 0))  # a block of zeros at each end
+
+        def project(name):  # [b, r + n + pad + r, h, d]: projected, then padded
+            return jnp.pad(jnp.einsum("bnm,mhd->bnhd", x, params[name]), widths)
+
+        q, k, v = project("query"), project("key"), project("value")
         qb = q[:, r : r + blocks * r].reshape(b, blocks, r, h, d_k)  # [b, B, r, h, d]
         window = jnp.arange(3 * r)[None] + r * jnp.arange(blocks)[:, None]  # [B, 3r]
         kb, vb = k[:, window], v[:, window]  # [b, B, 3r, h, d]
@@ -263,9 +265,10 @@ def run(results: str, root: str, overrides=(), say=print):
             c = costs[layer]
             flops = {n: c[n]["flops"] for n in LENGTHS}
             ms = {n: c[n]["ms"] for n in LENGTHS}
-            flops_growth = f"{growth(flops, 16, 32):.2f} / {growth(flops, 512, 1024):.2f}"
-            time_growth = f"{growth(ms, 16, 32):.2f} / {growth(ms, 512, 1024):.2f}"
-            seq = " / ".join(str(c[n]["sequential"]) for n in (16, 1024))
+            (a, b), (y, z) = LENGTHS[:2], LENGTHS[-2:]
+            flops_growth = f"{growth(flops, a, b):.2f} / {growth(flops, y, z):.2f}"
+            time_growth = f"{growth(ms, a, b):.2f} / {growth(ms, y, z):.2f}"
+            seq = " / ".join(str(c[n]["sequential"]) for n in (a, z))
         if layer == "convolutional":
             path = "O(n / k) (contiguous)"
         rows.append(
@@ -280,13 +283,14 @@ def run(results: str, root: str, overrides=(), say=print):
                 " / ".join(str(p) for p in paths[layer]),
             ]
         )
+    (a, b), (y, z) = LENGTHS[:2], LENGTHS[-2:]
     header = [
         "layer",
         "paper: complexity",
-        "FLOPs ~ n^p: p at 16->32 / 512->1024",
-        "time ~ n^p: p at 16->32 / 512->1024",
+        f"FLOPs ~ n^p: p at {a}->{b} / {y}->{z}",
+        f"time ~ n^p: p at {a}->{b} / {y}->{z}",
         "paper: sequential",
-        "measured at n=16 / 1024",
+        f"measured at n={a} / {z}",
         "paper: max path",
         f"measured at n={' / '.join(map(str, PATH_LENGTHS))}",
     ]
@@ -314,18 +318,20 @@ def _cost_cell(c: dict) -> str:
 def notes(costs: dict, seed: dict) -> str:
     """Where the O(.) column shows, and where constants win, read off the measurements."""
     sa, rnn = costs["self-attention"], costs["recurrent"]
-    share = {n: 4 * n * n * D / sa[n]["flops"] for n in (16, 512, 1024)}
+    a, y, z = LENGTHS[0], LENGTHS[-2], LENGTHS[-1]
+    share = {n: 4 * n * n * D / sa[n]["flops"] for n in (a, y, z)}
     slower = [n for n in LENGTHS if sa[n]["ms"] > rnn[n]["ms"]]
     return (
-        f"- Self-attention's n^2 d term (scores and weighted sum) is {share[16]:.0%} of its "
-        f"FLOPs at n = 16, {share[512]:.0%} at n = 512 and {share[1024]:.0%} at n = 1024: below "
+        f"- Self-attention's n^2 d term (scores and weighted sum) is {share[a]:.0%} of its "
+        f"FLOPs at n = {a}, {share[y]:.0%} at n = {y} and {share[z]:.0%} at n = {z}: below "
         f"n = d the projections (n d^2) dominate and the cost grows about linearly; it "
         f"equals the LSTM's 16 n d^2 at n = 2d = {2 * D}.\n"
         f"- The recurrent layer's time per FLOP is "
-        f"{rnn[1024]['ms'] / rnn[1024]['flops'] / (sa[1024]['ms'] / sa[1024]['flops']):.1f}x "
-        f"self-attention's at n = 1024: {rnn[1024]['sequential']} steps in order, each a small "
-        "matrix product. Self-attention was slower than the recurrent layer at n = "
-        f"{', '.join(map(str, slower)) if slower else 'none of these lengths'}.\n"
+        f"{rnn[z]['ms'] / rnn[z]['flops'] / (sa[z]['ms'] / sa[z]['flops']):.1f}x "
+        f"self-attention's at n = {z}: {rnn[z]['sequential']} steps in order, each a small "
+        "matrix product. Self-attention took longer than the recurrent layer at "
+        + (f"n = {', '.join(map(str, slower))}" if slower else "no measured length")
+        + ".\n"
         f"- The seed's setting (batch 32, n = {SEED_TIMING_MS['n']}, forward): recurrent "
         f"{seed['recurrent']:.1f} ms, self-attention {seed['self-attention']:.1f} ms here; the "
         f"seed's laptop: LSTM step loop {SEED_TIMING_MS['lstm_loop']} ms, nn.LSTM "
