@@ -354,6 +354,8 @@ def figure(costs: dict, paths: dict):
     ax_p.set(title="Maximum path length (gradient connectivity)", ylabel="layers or steps")
     for ax in (ax_f, ax_t, ax_p):
         ax.set(xscale="log", yscale="log", xlabel="n (sequence length)")
+        ax.set_xticks(LENGTHS, [str(k) for k in LENGTHS])
+        ax.minorticks_off()
         ax.legend(fontsize=7)
     fig.suptitle(f"Table 1 measured: one layer, d = {D}")
     return fig
