@@ -81,7 +81,9 @@ def run(results: str, root: str, overrides=(), say=print):
     body = (
         f"BLEU by source length on the demo's {total} test sentences (sentences per bucket: "
         f"{counts}); beam 4, alpha 0.6, last 5 checkpoints averaged; tokens/s = real source + "
-        "target tokens over the run card's wall time (compilation included). Bahdanau et al. "
+        "target tokens over the run card's wall time (compilation included); a workdir that "
+        "already holds a finished run is reused, and the header's time is then that of "
+        "averaging and decoding only. Bahdanau et al. "
         "(2015, Figure 2) saw the fixed-length model fall with sentence length and attention "
         "hold up; the seed prints no number for this experiment.\n\n" + markdown_table(header, rows)
     )
@@ -102,8 +104,10 @@ def figure(runs: list[dict], buckets: list[str]):
             width,
             label=f"{r['name']} ({r['bleu']:.1f} overall)",
         )
-    ax.set_xticks(x, buckets)
+    counts = {b["bucket"]: b["sentences"] for b in runs[-1]["by_length"]}
+    ax.set_xticks(x, [f"{b}\n({counts[b]} sentences)" for b in buckets])
     ax.set(xlabel="source length (words)", ylabel="test sacreBLEU")
     ax.set_title("Demo test set: BLEU by source length (same data, budget and search)")
-    ax.legend(fontsize=8)
+    ax.set_ylim(0, 119)
+    ax.legend(fontsize=8, loc="upper center", ncol=len(runs))
     return fig
