@@ -321,15 +321,19 @@ def notes(costs: dict, seed: dict) -> str:
     a, y, z = LENGTHS[0], LENGTHS[-2], LENGTHS[-1]
     share = {n: 4 * n * n * D / sa[n]["flops"] for n in (a, y, z)}
     slower = [n for n in LENGTHS if sa[n]["ms"] > rnn[n]["ms"]]
+
+    def per_flop(n):
+        return (rnn[n]["ms"] / rnn[n]["flops"]) / (sa[n]["ms"] / sa[n]["flops"])
+
     return (
         f"- Self-attention's n^2 d term (scores and weighted sum) is {share[a]:.0%} of its "
         f"FLOPs at n = {a}, {share[y]:.0%} at n = {y} and {share[z]:.0%} at n = {z}: below "
         f"n = d the projections (n d^2) dominate and the cost grows about linearly; it "
         f"equals the LSTM's 16 n d^2 at n = 2d = {2 * D}.\n"
-        f"- The recurrent layer's time per FLOP is "
-        f"{rnn[z]['ms'] / rnn[z]['flops'] / (sa[z]['ms'] / sa[z]['flops']):.1f}x "
-        f"self-attention's at n = {z}: {rnn[z]['sequential']} steps in order, each a small "
-        "matrix product. Self-attention took longer than the recurrent layer at "
+        f"- Time per FLOP, recurrent / self-attention: {per_flop(a):.1f} at n = {a}, "
+        f"{per_flop(z):.1f} at n = {z}. The recurrent layer runs {rnn[z]['sequential']} steps "
+        "in order, each a [batch, d] x [d, 4d] product; self-attention runs none. "
+        "Self-attention took longer than the recurrent layer at "
         + (f"n = {', '.join(map(str, slower))}" if slower else "no measured length")
         + ".\n"
         f"- The seed's setting (batch 32, n = {SEED_TIMING_MS['n']}, forward): recurrent "
