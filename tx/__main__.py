@@ -15,6 +15,7 @@ Commands:
   demo       the offline demo end to end: train, average, translate, score
   compile    lower and compile the train step ahead of time: memory and FLOPs
   reproduce  the paper's Tables 2, 3, 4: --plan (default), --run, --report (tx/reproduce.py)
+  road       the road to the Transformer: road digits | gradients | table1 | length (tx/road/)
 """
 
 from __future__ import annotations
@@ -168,6 +169,11 @@ def _aligned(args, cfg, loaded, lines: list[str]) -> list[str]:
     from tx.alignment import DEFAULT_LAYER, align
     from tx.translate import translate_pairs
 
+    if loaded.model.config.family != "transformer":
+        raise SystemExit(
+            "error: --alignments reads a Transformer's encoder-decoder attention; this run's "
+            f"model.family is {loaded.model.config.family!r}"
+        )
     layer = DEFAULT_LAYER if args.align_layer is None else args.align_layer
     layers = loaded.model.config.num_decoder_layers
     if not -layers <= layer < layers:
@@ -292,6 +298,12 @@ def _reproduce(args, cfg) -> int:
     return reproduce(args, args.overrides)
 
 
+def _road(args, cfg) -> int:
+    from tx.road import main as road
+
+    return road(args.experiment, args.results, args.root, args.overrides)
+
+
 COMMANDS = {
     "info": _info,
     "compile": _compile,
@@ -305,6 +317,7 @@ COMMANDS = {
     "plot": _plot,
     "export": _export,
     "serve": _serve,
+    "road": _road,
 }
 # Commands that take several --workdir (plot: curves) or --checkpoint (an ensemble).
 MANY_WORKDIRS = ("plot", "translate", "serve")
@@ -312,8 +325,8 @@ MANY_CHECKPOINTS = ("translate", "serve")
 # Commands that may read the run's config from a CTranslate2 export (--model DIR).
 FROM_EXPORT = ("translate", "evaluate", "serve")
 DEFAULT_CONFIGS = {"demo": "configs/demo.py"}
-# plot reads event files or draws formulas; reproduce brings a config per row.
-NO_CONFIG = ("plot", "reproduce")
+# plot reads event files or draws formulas; reproduce and road bring their own configs.
+NO_CONFIG = ("plot", "reproduce", "road")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -323,6 +336,9 @@ def _parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("command", choices=sorted(COMMANDS))
+    p.add_argument(
+        "experiment", nargs="?", help="road: digits | gradients | table1 | length (tx/road/)"
+    )
     p.add_argument(
         "--workdir",
         nargs="+",
@@ -382,7 +398,9 @@ def _parser() -> argparse.ArgumentParser:
     g = p.add_argument_group("reproduce")
     g.add_argument("--table", type=int, help="reproduce: the paper's table (2, 3 or 4)")
     g.add_argument("--rows", help="reproduce: rows of the table, e.g. A1,B1 (default: all)")
-    g.add_argument("--root", default="runs", help="reproduce: one workdir per row under this")
+    g.add_argument(
+        "--root", default="runs", help="reproduce, road length: the workdirs go under this"
+    )
     mode = g.add_mutually_exclusive_group()
     mode.add_argument("--plan", action="store_true", help="reproduce: what would run (default)")
     mode.add_argument("--run", action="store_true", help="reproduce: run unfinished rows")
@@ -391,7 +409,7 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--steps", type=int, help="reproduce --scale mini: steps of a 100k-step row")
     g.add_argument("--hardware", help="reproduce --plan: h100x8, a100x8, v4-32, ...")
     g.add_argument("--mfu", type=float, help="reproduce --plan: expected MFU (0-1)")
-    g.add_argument("--results", default="results", help="reproduce: where reports go")
+    g.add_argument("--results", default="results", help="reproduce, road: where reports go")
     p.add_argument(
         "--bootstrap",
         type=int,

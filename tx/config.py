@@ -18,7 +18,9 @@ from collections.abc import Sequence
 
 import ml_collections
 
+from tx import families
 from tx.model import ModelConfig
+from tx.rnn import RNNConfig
 from tx.sharding import AXES
 
 SECTIONS = ("model", "data", "optim", "train", "decode", "mesh")
@@ -118,10 +120,11 @@ def _parse_value(raw: str, current):
     return value
 
 
-def model_config(cfg: ml_collections.ConfigDict) -> ModelConfig:
-    """The frozen architecture from `cfg.model`."""
+def model_config(cfg: ml_collections.ConfigDict) -> ModelConfig | RNNConfig:
+    """The frozen architecture from `cfg.model`, of the family `model.family` names
+    (tx.families; absent = "transformer")."""
     try:
-        return ModelConfig.from_dict(cfg.model.to_dict())
+        return families.model_config(cfg.model.to_dict())
     except (ValueError, TypeError) as e:
         raise ConfigError(str(e)) from e
 
@@ -131,7 +134,12 @@ def validate(cfg: ml_collections.ConfigDict) -> None:
     for section in SECTIONS:
         if section not in cfg:
             raise ConfigError(f"config has no section '{section}'")
-    model_config(cfg)
+    mc = model_config(cfg)
+    if mc.family == "rnn" and cfg.data.pack:
+        raise ConfigError(
+            "data.pack=True: model.family='rnn' reads one pair per row (its state would run "
+            "across packed pairs); set data.pack=False"
+        )
     _check_positive(
         cfg,
         "data.vocab_size",

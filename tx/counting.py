@@ -1,4 +1,8 @@
-"""Parameter counts and analytic training FLOPs, without allocating parameters."""
+"""Parameter counts and analytic training FLOPs, without allocating parameters.
+
+Every function takes a frozen architecture of any family (tx.families): the Transformer's
+ModelConfig or the recurrent RNNConfig, each counted from its own equations.
+"""
 
 from __future__ import annotations
 
@@ -7,12 +11,14 @@ import jax.numpy as jnp
 import numpy as np
 from flax import linen as nn
 
-from tx.model import ModelConfig, Transformer
+from tx.families import build_model
+from tx.model import ModelConfig
+from tx.rnn import RNNConfig
 
 
-def abstract_params(config: ModelConfig):
+def abstract_params(config: ModelConfig | RNNConfig):
     """The parameter tree as ShapeDtypeStructs (boxed with logical names), via jax.eval_shape."""
-    model = Transformer(config)
+    model = build_model(config)
     tokens = jnp.zeros((1, 8), jnp.int32)
     variables = jax.eval_shape(
         lambda: model.init(jax.random.PRNGKey(0), tokens, tokens, deterministic=True)
@@ -20,7 +26,7 @@ def abstract_params(config: ModelConfig):
     return variables["params"]
 
 
-def param_counts(config: ModelConfig) -> dict[str, int]:
+def param_counts(config: ModelConfig | RNNConfig) -> dict[str, int]:
     """Counts of the actual parameter tree: total, encoder, decoder, embeddings."""
     params = nn.meta.unbox(abstract_params(config))
     counts = {"params": 0, "encoder": 0, "decoder": 0, "embeddings": 0}
@@ -33,9 +39,12 @@ def param_counts(config: ModelConfig) -> dict[str, int]:
     return counts
 
 
-def analytic_param_count(c: ModelConfig) -> dict[str, int]:
+def analytic_param_count(c: ModelConfig | RNNConfig) -> dict[str, int]:
     """The paper's architecture counted from its equations (bias-free attention projections,
-    feed-forward with biases, two LayerNorms per encoder layer and three per decoder layer)."""
+    feed-forward with biases, two LayerNorms per encoder layer and three per decoder layer);
+    a recurrent model from its own (`rnn_param_count`)."""
+    if isinstance(c, RNNConfig):
+        return rnn_param_count(c)
     m, h = c.d_model, c.num_heads
     attention = m * h * c.d_k * 2 + m * h * c.d_v + h * c.d_v * m
     ffn = 2 * m * c.d_ff + c.d_ff + m
@@ -53,14 +62,43 @@ def analytic_param_count(c: ModelConfig) -> dict[str, int]:
     }
 
 
+def rnn_param_count(c: RNNConfig) -> dict[str, int]:
+    """A recurrent encoder-decoder counted from its equations (tx.rnn).
+
+    A cell with g gates on input width i and n units: W [i, g, n], U [n, g, n], b [g, n]
+    (GRU: a second bias b_h, which the reset gate multiplies). Every layer's input is d_model
+    wide. With attention: the first decoder layer's context kernel [m, g, n], the score
+    (additive: W, U [m, m], v [m]; general: W_a [m, m]; dot: none) and the output
+    tanh(W_s s + W_c c + b): 2 m^2 + m.
+    """
+    m, g, layers = c.d_model, c.gates, c.num_layers
+    cell = g * m * (m + m + (2 if c.cell == "gru" else 1))
+    score = {"none": 0, "dot": 0, "general": m * m, "additive": 2 * m * m + m}[c.attention]
+    attention = 0 if c.attention == "none" else g * m * m + score + 2 * m * m + m
+    encoder, decoder = layers * cell, layers * cell + attention
+    embeddings = c.vocab_size * m * (1 if c.share_embeddings else 3)
+    return {
+        "params": encoder + decoder + embeddings,
+        "encoder": encoder,
+        "decoder": decoder,
+        "embeddings": embeddings,
+    }
+
+
 def train_flops_per_step(
-    c: ModelConfig, src_tokens: float, tgt_tokens: float, src_len: float, tgt_len: float
+    c: ModelConfig | RNNConfig,
+    src_tokens: float,
+    tgt_tokens: float,
+    src_len: float,
+    tgt_len: float,
 ) -> float:
     """Model FLOPs of one training step (forward + backward = 3 x forward, 2 per MAC).
 
     6 x (encoder weights x source tokens + (decoder weights + softmax) x target tokens), plus
     attention scores: 6 x 2 x (h * d_k + h * d_v)/2-style terms over the attended lengths.
     """
+    if isinstance(c, RNNConfig):
+        return _rnn_train_flops(c, src_tokens, tgt_tokens, src_len)
     counts = analytic_param_count(c)
     softmax = c.vocab_size * c.d_model
     dense = 6 * (counts["encoder"] * src_tokens + (counts["decoder"] + softmax) * tgt_tokens)
@@ -74,3 +112,19 @@ def train_flops_per_step(
         )
     )
     return float(dense + attn)
+
+
+def _rnn_train_flops(c: RNNConfig, src_tokens: float, tgt_tokens: float, src_len: float):
+    """6 x weights x the tokens they multiply (the score's key kernel multiplies source
+    tokens, the rest of the decoder and the softmax target tokens), plus, with attention,
+    6 x 2m per (target token, source position) pair: the score (m MACs: v . tanh(.) or s . k)
+    and the context (m MACs)."""
+    counts = rnn_param_count(c)
+    m = c.d_model
+    keys = {"additive": m * m, "general": m * m}.get(c.attention, 0)
+    softmax = c.vocab_size * m
+    dense = 6 * (
+        (counts["encoder"] + keys) * src_tokens + (counts["decoder"] - keys + softmax) * tgt_tokens
+    )
+    pairs = 0.0 if c.attention == "none" else 6 * 2 * m * tgt_tokens * src_len
+    return float(dense + pairs)

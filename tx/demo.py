@@ -70,5 +70,7 @@ def draw_pictures(cfg: ml_collections.ConfigDict, workdir: str, loaded) -> list[
     from tx.pictures import attention_pictures, curves_picture
 
     out = plots_dir(workdir)
-    paths = attention_pictures(loaded, cfg, ATTENTION_SENTENCE, os.path.join(out, "attention"))
+    paths = []
+    if loaded.model.config.family == "transformer":  # the maps are a Transformer's layers
+        paths = attention_pictures(loaded, cfg, ATTENTION_SENTENCE, os.path.join(out, "attention"))
     return [*paths, curves_picture([workdir], os.path.join(out, "curves.png"))]

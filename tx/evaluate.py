@@ -14,8 +14,8 @@ from tx.config import model_config
 from tx.data.dataset import split_text
 from tx.data.sources import gold_trees
 from tx.data.tokenizer import Tokenizer
+from tx.families import build_model
 from tx.metrics import bleu_by_length, sacrebleu_scores, score_all, tokenized_bleu
-from tx.model import Transformer
 from tx.translate import LoadedModel, load_model, translate
 
 
@@ -102,7 +102,7 @@ def dev_bleu_hook(cfg: ml_collections.ConfigDict, workdir: str):
     pairs = split_text(cfg.data, "dev")
     sources, references = [s for s, _ in pairs], [r for _, r in pairs]
     layout = sharding.layout(cfg.mesh)
-    model = Transformer(model_config(cfg))
+    model = build_model(model_config(cfg))
     state = {}
 
     def hook(params) -> dict:

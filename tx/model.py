@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 import jax
 import jax.numpy as jnp
@@ -43,6 +43,8 @@ _DTYPES = {
 @dataclasses.dataclass(frozen=True)
 class ModelConfig:
     """Architecture hyper-parameters; names follow the paper (Table 3 columns)."""
+
+    family: ClassVar[str] = "transformer"  # model.family (tx.families); not a field
 
     vocab_size: int = 37000
     d_model: int = 512  # d_model
@@ -97,6 +99,14 @@ class ModelConfig:
     @property
     def weight_dtype(self):
         return _DTYPES[self.param_dtype]
+
+    def tensor_split_sizes(self) -> dict[str, int]:
+        """The sizes the mesh's tensor axis splits (heads, feed-forward, vocabulary)."""
+        return {
+            "model.num_heads": self.num_heads,
+            "model.d_ff": self.d_ff,
+            "model.vocab_size": self.vocab_size,
+        }
 
 
 def _check_model(c: ModelConfig) -> None:

@@ -38,6 +38,11 @@ def attention_pictures(loaded, cfg, text: str, out_dir: str) -> list[str]:
 
     if not text.strip():
         raise PictureError("--text is empty: give the sentence whose attention to draw")
+    if loaded.model.config.family != "transformer":
+        raise PictureError(
+            "attention maps are read from a Transformer's attention layers; this run's "
+            f"model.family is {loaded.model.config.family!r}"
+        )
     [(source, output)] = translate_pairs(loaded, [text], cfg)
     maps = sentence_maps(loaded, [*source, EOS_ID], [*output, EOS_ID])
     translation = loaded.tokenizer.decode(output)

@@ -25,8 +25,8 @@ from flax import linen as nn
 
 from tx import sharding
 from tx.config import model_config
+from tx.families import build_model
 from tx.losses import cross_entropy
-from tx.model import Transformer
 from tx.optim import make_optimizer
 from tx.tokens import PAD_ID
 
@@ -53,7 +53,7 @@ class TrainState(flax.struct.PyTreeNode):
 class Trainer:
     """The static parts of training: model, optimizer, layout and the state's abstract form."""
 
-    model: Transformer
+    model: nn.Module  # tx.families.build_model: a Transformer or an RNNSeq2Seq
     optimizer: optax.GradientTransformation
     schedule: optax.Schedule
     layout: sharding.Layout
@@ -70,7 +70,7 @@ class Trainer:
         return jax.tree_util.tree_map(lambda s: s.sharding, self.abstract_state)
 
 
-def _init_boxed(model: Transformer, optimizer, rng):
+def _init_boxed(model: nn.Module, optimizer, rng):
     tokens = jnp.ones((1, 8), jnp.int32)
     params = model.init({"params": rng}, tokens, tokens, deterministic=True)["params"]
     return TrainState(
@@ -94,8 +94,8 @@ def build(
     """
     mc = model_config(cfg)
     layout = sharding.layout(cfg.mesh, devices)
-    sharding.check_model_fits(layout.mesh, mc.num_heads, mc.d_ff, mc.vocab_size)
-    model = Transformer(mc)
+    sharding.check_sizes_fit(layout.mesh, mc.tensor_split_sizes())
+    model = build_model(mc)
     adam, schedule = make_optimizer(cfg.optim, mc.d_model)
     optimizer = optimizer or adam
     abstract = jax.eval_shape(

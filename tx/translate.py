@@ -28,7 +28,7 @@ from tx.config import ConfigError, load_config, model_config
 from tx.data.pipeline import eval_batches
 from tx.data.tokenizer import Tokenizer
 from tx.ensemble import ensemble_decoder
-from tx.model import Transformer, incremental_decoder
+from tx.families import build_model, incremental_decoder
 from tx.search import Decoder, Strategy
 from tx.tokens import EOS_ID, PAD_ID
 
@@ -43,7 +43,7 @@ class StaleAverage(ValueError):
 
 @dataclasses.dataclass
 class LoadedModel:
-    model: Transformer
+    model: object  # tx.families.build_model: a Transformer or an RNNSeq2Seq
     params: object
     tokenizer: Tokenizer
     source: str  # which checkpoint the parameters came from
@@ -104,7 +104,7 @@ def load_model(
             ckpt.close()
         source = f"checkpoints/{step}"
     logging.info("translating with %s", source)
-    return LoadedModel(Transformer(mc), params, tokenizer, source, layout)
+    return LoadedModel(build_model(mc), params, tokenizer, source, layout)
 
 
 def _check_fresh(cfg: ml_collections.ConfigDict, workdir: str, averaged_step: int) -> None:
@@ -270,7 +270,8 @@ def translate_pairs(
 
 def _search_lines(loaded, sentences: list[str], cfg: ml_collections.ConfigDict, nbest: int):
     """(numbers of the non-empty lines, their ids with EOS, their hypotheses [(ids, score)])."""
-    positional_limit = cfg.model.max_len if cfg.model.positional == "learned" else None
+    learned = cfg.model.get("positional") == "learned"  # only Transformers have positions
+    positional_limit = cfg.model.max_len if learned else None
     todo = [i for i, s in enumerate(sentences) if s.strip()]
     ids = [np.asarray(loaded.tokenizer.encode(sentences[i].strip()), np.int32) for i in todo]
     if positional_limit is not None:
