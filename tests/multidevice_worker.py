@@ -27,18 +27,34 @@ from tx.trainer import (  # noqa: E402
 
 # Tiny, but divisible by a tensor axis of 8 (heads, d_ff, vocabulary).
 OVERRIDES = ["model.num_heads=8", "data.vocab_size=320", "model.dropout_rate=0.1"]
+# The recurrent family (mode equivalence_rnn): two LSTM layers with attention, units and
+# vocabulary divisible by 8, the tiny config's data settings.
+RNN_OVERRIDES = [
+    "data.vocab_size=320",
+    "model.d_model=32",
+    "model.num_layers=2",
+    "model.dropout_rate=0.1",
+    "data.tokens_per_step=512",
+    "data.bucket_lengths=(16, 32, 48)",
+]
+# (config file, overrides, a parameter whose sharding the report shows); set by the mode.
+MODEL = {
+    "config": "configs/tiny.py",
+    "overrides": OVERRIDES,
+    "example": ("decoder", "layer_0", "ffn", "wi"),
+}
 STEPS = 3
 ROWS = 16
 
 
 def config(mesh_shape=None, micro_batches=1, fp64=False):
-    overrides = [*OVERRIDES, f"train.micro_batches={micro_batches}"]
+    overrides = [*MODEL["overrides"], f"train.micro_batches={micro_batches}"]
     if fp64:
         overrides += equivalence.FP64
     if mesh_shape:
         d, f, t = mesh_shape
         overrides += [f"mesh.shape.data={d}", f"mesh.shape.fsdp={f}", f"mesh.shape.tensor={t}"]
-    return load_config(str(ROOT / "configs" / "tiny.py"), overrides)
+    return load_config(str(ROOT / MODEL["config"]), overrides)
 
 
 def batches(seed=0):
@@ -105,11 +121,24 @@ def equivalence_run(out, seed="0"):
         if micro not in refs:
             refs[micro] = run_sgd(devices=jax.devices()[:1], seed=seed, micro_batches=micro)[1]
         state, got = run_sgd(shape, seed=seed, micro_batches=micro)
+        example = state.params
+        for key in MODEL["example"]:
+            example = example[key]
         report[f"{shape} x{micro}"] = {
             **equivalence.compare_steps(refs[micro], got),
-            "spec_example": str(state.params["decoder"]["layer_0"]["ffn"]["wi"].sharding.spec),
+            "spec_example": str(example.sharding.spec),
         }
     json.dump(report, open(out, "w"))
+
+
+def equivalence_rnn_run(out, seed="0"):
+    """equivalence_run for configs/rnn_attention.py: the recurrent family shards too."""
+    MODEL.update(
+        config="configs/rnn_attention.py",
+        overrides=RNN_OVERRIDES,
+        example=("decoder", "layer_0", "kernel"),
+    )
+    equivalence_run(out, seed)
 
 
 def golden(out):
@@ -245,10 +274,11 @@ def single(out):
 if __name__ == "__main__":
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     mode, out, *args = sys.argv[1:]
-    if mode in ("equivalence", "multiprocess", "single") or "sgd" in args:
+    if mode in ("equivalence", "equivalence_rnn", "multiprocess", "single") or "sgd" in args:
         jax.config.update("jax_enable_x64", True)  # the SGD comparisons run in float64
     {
         "equivalence": equivalence_run,
+        "equivalence_rnn": equivalence_rnn_run,
         "golden": golden,
         "save": save,
         "restore": restore,

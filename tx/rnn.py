@@ -52,7 +52,7 @@ class RNNConfig:
     cell: str = "lstm"  # "lstm" | "gru" | "tanh" (Elman: h = tanh(W x + U h + b))
     attention: str = "none"  # "none" (fixed-length summary) | "additive" | "dot" | "general"
     reverse_source: bool = False  # Sutskever et al.: the encoder reads the source backwards
-    forget_bias: float = 1.0  # LSTM forget-gate bias at init (1: Gers et al.; the seed's +3)
+    forget_bias: float = 1.0  # LSTM forget-gate bias at init (1: Jozefowicz et al. 2015)
     dropout_rate: float = 0.1  # embeddings, between layers, before the softmax
     share_embeddings: bool = True  # one matrix for source, target and pre-softmax
     dtype: str = "float32"  # compute dtype
