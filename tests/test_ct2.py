@@ -2,10 +2,9 @@
 input/output contract, search settings and n-best scores."""
 
 import json
-import subprocess
-import sys
 
 import pytest
+from test_cli import run_tx as _tx  # one way to run the command line
 
 from tx import ct2
 from tx import workdir as wd
@@ -77,19 +76,6 @@ def test_refusals(engines, tmp_path):
         translate(engine, LINES, _with(cfg, "decode.max_extra_len=5000"))
     with pytest.raises(ct2.EngineError, match="not a tx export"):
         ct2.load(str(tmp_path))
-
-
-def _tx(root, *args, stdin=None):
-    res = subprocess.run(
-        [sys.executable, "-m", "tx", *args],
-        cwd=root,
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert res.returncode == 0, res.stderr[-3000:]
-    return res.stdout
 
 
 def test_cli_translate_nbest(root, engines):
