@@ -31,11 +31,13 @@ import json
 import logging
 import os
 import shutil
+import threading
 
 import jax
 import jax.numpy as jnp
 import ml_collections
 import orbax.checkpoint as ocp
+from orbax.checkpoint._src.futures import future as ocp_future
 
 from tx import runcard, sharding
 from tx import workdir as wd
@@ -182,6 +184,7 @@ class Checkpointer:
         would then blame another checkpoint). A new manager reads the steps from disk."""
         with contextlib.suppress(Exception):
             self.manager.close()
+        _join_commit_threads()
         self.manager = _manager(self.directory, self.async_save)
 
     def wait(self) -> None:
@@ -326,6 +329,29 @@ def save_params(workdir: str, step: int, params, sources: list[int]) -> str:
         _replace_dir(os.path.join(staging, str(step)), final)
     barrier("tx-average-placed")
     return final
+
+
+# Bounds the wait for a failed save's other writes; each is one file of one checkpoint.
+COMMIT_JOIN_TIMEOUT_SECS = 300.0
+
+
+def _join_commit_threads() -> None:
+    """Waits for the writes of a failed save that are still running.
+
+    Orbax reports a save's first failed write (ChainedFuture.result stops at it) while the others
+    go on in their own threads. A retry of that step would remove and recreate the temporary
+    directory those threads still write to (CI saw the retry's rmtree lose a TensorStore lock
+    file to them), so nothing touches the step again until they end.
+    """
+    for thread in threading.enumerate():
+        if isinstance(thread, ocp_future._SignalingThread):  # noqa: SLF001 - Orbax's commit threads
+            with contextlib.suppress(Exception):  # its failure is the one already reported
+                thread.join(COMMIT_JOIN_TIMEOUT_SECS)
+            if thread.is_alive():
+                raise wd.WriteFailed(
+                    f"a failed checkpoint write ({thread.name}) was still running after "
+                    f"{COMMIT_JOIN_TIMEOUT_SECS:.0f} s"
+                )
 
 
 def _replace_dir(new: str, final: str) -> None:
