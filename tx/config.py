@@ -29,7 +29,11 @@ SECTIONS = ("model", "data", "optim", "train", "decode", "mesh")
 SEARCH_STRATEGIES = ("beam", "greedy", "sample")
 ON_BAD_LINE = ("error", "skip")
 # Keys added after runs were written: a run's config.json without them gets these values.
-LATER_KEYS = {"data.on_bad_line": "error", "mesh.heartbeat_timeout_secs": 100}
+LATER_KEYS = {
+    "data.on_bad_line": "error",
+    "mesh.heartbeat_timeout_secs": 100,
+    "train.loss_chunk_tokens": 8192,
+}
 
 
 class ConfigError(ValueError):
@@ -162,6 +166,7 @@ def validate(cfg: ml_collections.ConfigDict) -> None:
         "train.checkpoint_every_secs",
         "train.checkpoint_every_steps",
         "train.eval_every_steps",
+        "train.loss_chunk_tokens",
         "optim.grad_clip_norm",
     )
     _check_unit(cfg, "train.label_smoothing")

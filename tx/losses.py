@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 
 import jax
@@ -57,3 +58,154 @@ def cross_entropy(logits: Array, targets: Array, weights: Array, label_smoothing
         "correct": jnp.sum(correct * weights),
         "weight": jnp.sum(weights),
     }
+
+
+def chunks_for(positions: int, length: int, chunk_positions: int) -> int:
+    """How many pieces of the length axis keep each piece's logits within `chunk_positions`
+    (rows x length positions of one device), at least 1 and at most `length`."""
+    if chunk_positions <= 0:
+        return 1
+    return max(1, min(length, -(-positions // chunk_positions)))
+
+
+def chunked_cross_entropy(
+    hidden: Array,
+    head: Array,
+    targets: Array,
+    weights: Array,
+    *,
+    label_smoothing: float,
+    vocab_size: int,
+    chunks: int = 1,
+) -> dict:
+    """`cross_entropy` of the logits `hidden @ head^T`, without ever holding them all.
+
+    The length axis is cut into `chunks` pieces; each piece's float32 logits [b, t/chunks, V]
+    exist only while that piece is summed. Under differentiation the gradient is formed in
+    the same pass (the loss is the last operation: d loss / d logits = w (softmax - smoothed
+    target)) and multiplied into d hidden and d head at once, so no [b, t, V] array is kept
+    for the backward pass and no logits are computed twice. Columns >= `vocab_size` (padding of
+    the vocabulary to a multiple of 128) are excluded: their logits are masked and their
+    gradient is zero.
+
+    Only `loss` is differentiable: `nll` and `correct` are metrics (their gradient is stopped).
+
+    Args:
+      hidden: [b, t, m] decoder outputs before the softmax layer (compute dtype).
+      head: [V', m] the softmax layer's matrix (V' >= vocab_size rows).
+      targets, weights: [b, t] as in `cross_entropy`.
+
+    Returns:
+      dict of scalar sums as `cross_entropy`: loss, nll, correct, weight.
+    """
+    loss, nll, correct = _fused(hidden, head, targets, weights, label_smoothing, vocab_size, chunks)
+    return {
+        "loss": loss,
+        "nll": jax.lax.stop_gradient(nll),
+        "correct": jax.lax.stop_gradient(correct),
+        "weight": jnp.sum(weights),
+    }
+
+
+def _pieces(x: Array, chunks: int) -> Array:
+    """[b, t, ...] -> [chunks, b, ceil(t / chunks), ...], the length axis zero-padded."""
+    b, t = x.shape[:2]
+    size = -(-t // chunks)
+    x = jnp.pad(x, [(0, 0), (0, chunks * size - t)] + [(0, 0)] * (x.ndim - 2))
+    return jnp.moveaxis(x.reshape(b, chunks, size, *x.shape[2:]), 1, 0)
+
+
+def _unpieces(x: Array, length: int) -> Array:
+    """The inverse of `_pieces`: [chunks, b, size, ...] -> [b, length, ...]."""
+    x = jnp.moveaxis(x, 0, 1)
+    return x.reshape(x.shape[0], -1, *x.shape[3:])[:, :length]
+
+
+def _piece(h, head, targets, weights, label_smoothing, vocab_size, with_grad: bool):
+    """One piece: sums (loss, nll, correct) and, `with_grad`, d loss / d logits [b, c, V']."""
+    acc = jnp.promote_types(h.dtype, jnp.float32)
+    logits = jnp.einsum("bcm,Vm->bcV", h, head, preferred_element_type=acc)
+    padded = logits.shape[-1] > vocab_size  # a static choice: no mask pass without padding
+    real = jnp.arange(logits.shape[-1]) < vocab_size  # [V']
+    if padded:
+        logits = jnp.where(real, logits, jnp.finfo(acc).min)
+    # The operations of jax.nn.log_softmax, so that the sums match `cross_entropy`'s.
+    top = jax.lax.stop_gradient(jnp.max(logits, -1, keepdims=True))
+    shifted = logits - top
+    log_sum = jnp.log(jnp.sum(jnp.exp(shifted), -1, keepdims=True))
+    log_probs = shifted - log_sum  # [b, c, V']
+    true_shifted = jnp.take_along_axis(shifted, targets[..., None], axis=-1)  # [b, c, 1]
+    true_lp = (true_shifted - log_sum)[..., 0]
+    nll = -true_lp
+    confidence = 1.0 - label_smoothing
+    low = label_smoothing / (vocab_size - 1)
+    if label_smoothing > 0:
+        sum_lp = jnp.sum(jnp.where(real, log_probs, 0.0) if padded else log_probs, -1)
+        smoothed = -(confidence - low) * true_lp - low * sum_lp
+    else:
+        smoothed = nll
+    smoothed = smoothed - smoothed_targets_entropy(vocab_size, label_smoothing)
+    # The target has the largest logit (the max is at hand; an argmax would be another pass
+    # over [b, c, V'] and differs only where another token ties with it exactly).
+    correct = (true_shifted[..., 0] >= 0).astype(acc)
+    sums = (jnp.sum(smoothed * weights), jnp.sum(nll * weights), jnp.sum(correct * weights))
+    if not with_grad:
+        return sums, None
+    # d smoothed / d logit_v = p_v - q_v, q the smoothed target (0 on padding columns).
+    is_target = jnp.arange(logits.shape[-1]) == targets[..., None]
+    q = jnp.where(is_target, confidence, low)
+    if padded:
+        q = jnp.where(real, q, 0.0)
+    d_logits = (jnp.exp(log_probs) - q) * weights[..., None].astype(acc)
+    return sums, d_logits
+
+
+def _sums_and_grads(hidden, head, targets, weights, label_smoothing, vocab_size, chunks, grads):
+    pieces = (_pieces(hidden, chunks), _pieces(targets, chunks), _pieces(weights, chunks))
+    acc = jnp.promote_types(hidden.dtype, jnp.float32)
+
+    def body(d_head_t, xs):
+        h, t, w = xs
+        sums, d_logits = _piece(h, head, t, w, label_smoothing, vocab_size, grads)
+        if not grads:
+            return d_head_t, (sums, None)
+        d_logits = d_logits.astype(h.dtype)
+        d_h = jnp.einsum("bcV,Vm->bcm", d_logits, head, preferred_element_type=acc)
+        # Accumulated as [m, V']: d_logits is read as it lies (tokens major), not transposed.
+        d_head_t = d_head_t + jnp.einsum("bcm,bcV->mV", h, d_logits, preferred_element_type=acc)
+        return d_head_t, (sums, d_h.astype(h.dtype))
+
+    d_head_t = jnp.zeros(head.shape[::-1], acc) if grads else None
+    d_head_t, (sums, d_hidden) = jax.lax.scan(body, d_head_t, pieces)
+    totals = tuple(jnp.sum(s) for s in sums)
+    if not grads:
+        return totals, None
+    return totals, (_unpieces(d_hidden, hidden.shape[1]), d_head_t.T.astype(head.dtype))
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5, 6))
+def _fused(hidden, head, targets, weights, label_smoothing, vocab_size, chunks):
+    return _sums_and_grads(
+        hidden, head, targets, weights, label_smoothing, vocab_size, chunks, False
+    )[0]
+
+
+def _fused_fwd(hidden, head, targets, weights, label_smoothing, vocab_size, chunks):
+    totals, grads = _sums_and_grads(
+        hidden, head, targets, weights, label_smoothing, vocab_size, chunks, True
+    )
+    return totals, (grads, targets, weights)
+
+
+def _fused_bwd(label_smoothing, vocab_size, chunks, residuals, cotangents):
+    (d_hidden, d_head), targets, weights = residuals
+    g = cotangents[0]  # nll and correct are stopped: only the loss sends a gradient back
+    return (
+        (g * d_hidden).astype(d_hidden.dtype),
+        (g * d_head).astype(d_head.dtype),
+        None,
+        jnp.zeros_like(weights),
+    )
+
+
+_fused.defvjp(_fused_fwd, _fused_bwd)

@@ -26,7 +26,7 @@ from flax import linen as nn
 from tx import sharding
 from tx.config import model_config
 from tx.families import build_model
-from tx.losses import cross_entropy
+from tx.losses import chunked_cross_entropy, chunks_for, cross_entropy
 from tx.optim import make_optimizer
 from tx.tokens import PAD_ID
 
@@ -60,6 +60,7 @@ class Trainer:
     abstract_state: Any  # TrainState of ShapeDtypeStructs with their shardings
     label_smoothing: float
     micro_batches: int
+    loss_chunk_tokens: int  # 0: the plain loss; > 0: the fused one (tx.losses)
 
     @property
     def mesh(self):
@@ -109,6 +110,7 @@ def build(
         layout.placed(abstract),
         cfg.train.label_smoothing,
         cfg.train.micro_batches,
+        cfg.train.loss_chunk_tokens,
     )
 
 
@@ -142,11 +144,32 @@ def _loss_sums(trainer: Trainer, params, batch, rng, deterministic: bool):
     """Summed losses of one (micro-)batch; the model sees only its own inputs."""
     inputs = {k: batch[k] for k in MODEL_INPUTS if k in batch}
     rngs = None if deterministic else {"dropout": rng}
+    targets = batch["targets"]
+    weights = (targets != PAD_ID).astype(jnp.float32)
+    # A model with `features` (the Transformer) can hand the loss its pre-softmax states.
+    if trainer.loss_chunk_tokens > 0 and hasattr(type(trainer.model), "features"):
+        states, head = trainer.model.apply(
+            {"params": params},
+            **inputs,
+            deterministic=deterministic,
+            rngs=rngs,
+            method="features",
+        )
+        rows, length = targets.shape
+        per_device = rows * length // trainer.layout.data_shards
+        return chunked_cross_entropy(
+            states,
+            head,
+            targets,
+            weights,
+            label_smoothing=trainer.label_smoothing,
+            vocab_size=trainer.model.config.vocab_size,
+            chunks=chunks_for(per_device, length, trainer.loss_chunk_tokens),
+        )
     logits = trainer.model.apply(
         {"params": params}, **inputs, deterministic=deterministic, rngs=rngs
     )
-    weights = (batch["targets"] != PAD_ID).astype(jnp.float32)
-    return cross_entropy(logits, batch["targets"], weights, trainer.label_smoothing)
+    return cross_entropy(logits, targets, weights, trainer.label_smoothing)
 
 
 def _split_micro(batch: dict, k: int, layout: sharding.Layout) -> dict:
@@ -171,35 +194,43 @@ def train_step(trainer: Trainer, state: TrainState, batch: dict):
     k = trainer.micro_batches
     total_weight = jnp.maximum(jnp.sum(batch["targets"] != PAD_ID), 1).astype(jnp.float32)
     step_rng = jax.random.fold_in(state.rng, state.step)
-    micro = _split_micro(batch, k, trainer.layout)
 
-    def accumulate(carry, xs):
-        grads, sums = carry
-        index, mb = xs
-
+    def gradient(index, mb):
         def loss_fn(params):
             s = _loss_sums(trainer, params, mb, jax.random.fold_in(step_rng, index), False)
             return s["loss"] / total_weight, s
 
         g, s = jax.grad(loss_fn, has_aux=True)(state.params)
-        add = functools.partial(jax.tree_util.tree_map, jnp.add)
-        s = {key: v.astype(jnp.float32) for key, v in s.items()}  # metrics: float32 always
-        return (add(grads, g), add(sums, s)), None
+        return g, {key: v.astype(jnp.float32) for key, v in s.items()}  # metrics: float32
 
-    zeros = jax.tree_util.tree_map(jnp.zeros_like, state.params)
-    zero_sums = {key: jnp.zeros((), jnp.float32) for key in ("loss", "nll", "correct", "weight")}
-    (grads, sums), _ = jax.lax.scan(accumulate, (zeros, zero_sums), (jnp.arange(k), micro))
+    if k == 1:  # no accumulator to zero and add into: a pass over every gradient saved
+        grads, sums = gradient(0, batch)
+    else:
 
-    updates, opt_state = trainer.optimizer.update(grads, state.opt_state, state.params)
-    params = optax.apply_updates(state.params, updates)
+        def accumulate(carry, xs):
+            g, s = gradient(*xs)
+            return jax.tree_util.tree_map(jnp.add, carry, (g, s)), None
+
+        zeros = jax.tree_util.tree_map(jnp.zeros_like, state.params)
+        zero_sums = {
+            key: jnp.zeros((), jnp.float32) for key in ("loss", "nll", "correct", "weight")
+        }
+        micro = _split_micro(batch, k, trainer.layout)
+        (grads, sums), _ = jax.lax.scan(accumulate, (zeros, zero_sums), (jnp.arange(k), micro))
+
     grad_norm = optax.global_norm(grads)
     finite = jnp.isfinite(sums["loss"]) & jnp.isfinite(grad_norm)
-    keep = functools.partial(jax.tree_util.tree_map, lambda new, old: jnp.where(finite, new, old))
-    new_state = state.replace(
-        step=state.step + 1,
-        params=keep(params, state.params),
-        opt_state=keep(opt_state, state.opt_state),
+
+    def update(_):
+        updates, opt_state = trainer.optimizer.update(grads, state.opt_state, state.params)
+        return optax.apply_updates(state.params, updates), opt_state
+
+    # A branch, not a select of new and old: the update is computed only when it is applied,
+    # and no pass over parameters and moments chooses between two copies.
+    params, opt_state = jax.lax.cond(
+        finite, update, lambda _: (state.params, state.opt_state), None
     )
+    new_state = state.replace(step=state.step + 1, params=params, opt_state=opt_state)
     metrics = {
         **sums,  # "weight": real target tokens
         "src_tokens": jnp.sum(batch["inputs"] != PAD_ID).astype(jnp.float32),
