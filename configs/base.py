@@ -17,6 +17,7 @@ def get_config():
 
     cfg.model = dict(
         vocab_size=vocab_size,  # = data.vocab_size: one shared source-target vocabulary
+        vocab_multiple=128,  # embedding rows padded to whole tiles; the padding is masked
         d_model=512,  # width of every sub-layer output and of the embeddings
         num_heads=8,  # h
         d_k=config_dict.placeholder(int),  # query/key width per head; unset -> d_model / h
@@ -33,6 +34,9 @@ def get_config():
         max_len=1024,  # size of the learned position table (unused for sinusoids)
         pre_ln=False,  # the paper is post-LN; pre-LN is the later, more stable variant
         layer_norm_epsilon=1e-6,
+        # "auto": cuDNN flash attention on GPUs (bf16/fp16), XLA's elsewhere; "explicit" forms
+        # the weights (always so for attention dropout, drawn maps and d_k != d_v).
+        attention_impl="auto",
         dtype="bfloat16",  # compute dtype on accelerators; parameters stay float32
         param_dtype="float32",
     )
@@ -85,6 +89,11 @@ def get_config():
         seed=0,
         label_smoothing=0.1,  # epsilon_ls
         micro_batches=1,  # gradient accumulation: each step = this many micro-batches
+        # The loss forms the softmax logits piece by piece along the length axis, at most this
+        # many (row, position) pairs per device at once, with the gradient in the same pass
+        # (tx.losses.chunked_cross_entropy): float32 [tokens, V] logits never exist whole.
+        # 0 = the plain loss over the whole logits (the reference the fused one is tested on).
+        loss_chunk_tokens=8192,
         # The paper averages the last 5 checkpoints "written at 10-minute intervals": at its
         # 0.4 s/step that is every 1,500 steps. Averaging uses these step-spaced checkpoints
         # (and the last step), so the window spans the same 6,000 steps on any hardware; 0 =

@@ -125,7 +125,9 @@ def test_attention_takes_its_logits_from_attention_logits(valid_keys, monkeypatc
     k = jnp.asarray(rng.normal(size=(1, 4, 2, 5)), jnp.float32)  # [b, k, h, d]
     v = jnp.asarray(rng.normal(size=(1, 4, 2, 3)), jnp.float32)  # [b, k, h, v]
     mask = jnp.arange(4)[None, None, None, :] < valid_keys  # [1, 1, 1, k]
-    monkeypatch.setattr(tx.layers, "attention_logits", lambda q, k: jnp.zeros((1, 2, 3, 4)))
+    monkeypatch.setattr(
+        tx.layers, "attention_logits", lambda q, k, cached=False: jnp.zeros((1, 2, 3, 4))
+    )
     got = dot_product_attention(q, k, v, mask)
     expected = np.asarray(v)[:, :valid_keys].mean(1, keepdims=True)  # [b, 1, h, v]
     # Weights 1/4 or 1/2 and the products are exact, so both sides only round a sum of
@@ -201,3 +203,77 @@ def test_layer_norm_normalizes():
     # rest: rsqrt to 4 ulp (JAX documents 1-2 ulp on x86-64, AMD vs Intel) and a product against
     # sqrt and a quotient, 11 u |y| <= 1.1e-6. Observed 0 (and <= 2 u on other inputs).
     np.testing.assert_allclose(y, expected, atol=2e-6)
+
+
+def _qkv(dtype, b=3, q=7, k=9, h=2, d=8, seed=0):
+    rng = np.random.default_rng(seed)
+    return tuple(jnp.asarray(rng.normal(size=(b, n, h, d)), dtype) for n in (q, k, k))
+
+
+@pytest.mark.parametrize("dtype,tol", [(jnp.float32, 1e-5), (jnp.bfloat16, 3e-2)])
+def test_fused_attention_equals_the_explicit_one(dtype, tol):
+    """jax.nn.dot_product_attention (XLA) against the weights formed here, for a padding mask,
+    a causal mask and a packed-rows (segment) mask. float32: the same products in another
+    order (observed 5e-7); bfloat16: both round the weights to bfloat16 (2^-8 relative) before
+    the value product, at other points: outputs of size ~1 differ by up to a few 2^-8."""
+    query, key, value = _qkv(dtype)
+    kv_len = jnp.array([9, 4, 6])
+    padding = (jnp.arange(9)[None, :] < kv_len[:, None])[:, None, None, :]
+    causal = jnp.tril(jnp.ones((7, 9), bool))[None, None]
+    segments = jnp.array([[1, 1, 1, 2, 2, 2, 2, 0, 0]] * 3)
+    packed = (segments[:, :7, None] == segments[:, None, :]) & (segments[:, None, :] > 0)
+    for mask in (padding, causal & padding, packed[:, None]):
+        want = tx.layers.dot_product_attention(query, key, value, mask)
+        got = tx.layers.fused_attention(query, key, value, tx.layers.Masking(mask), "xla")
+        real = np.asarray(mask.any(-1)).transpose(0, 2, 1)[..., None]  # queries with a key
+        diff = np.abs(np.asarray(got, np.float32) - np.asarray(want, np.float32)) * real
+        assert diff.max() <= tol, diff.max()
+
+
+def test_lengths_say_what_the_mask_says():
+    """The lengths-and-causal form (cuDNN's) equals the boolean mask on every real query."""
+    query, key, value = _qkv(jnp.float32, q=9)
+    lengths = jnp.array([9, 4, 6])
+    real = jnp.arange(9)[None, :] < lengths[:, None]
+    for causal in (False, True):
+        mask = (real[:, None, :] & real[:, :, None])[:, None]
+        if causal:
+            mask = mask & jnp.tril(jnp.ones((9, 9), bool))
+        want = tx.layers.dot_product_attention(query, key, value, mask)
+        masking = tx.layers.Masking(None, (lengths, lengths), causal)
+        got = tx.layers.fused_attention(query, key, value, masking, "xla")
+        np.testing.assert_allclose(
+            np.asarray(got) * np.asarray(real)[:, :, None, None],
+            np.asarray(want) * np.asarray(real)[:, :, None, None],
+            atol=1e-5,
+        )
+
+
+def test_attention_impl_resolution():
+    resolve = tx.layers.attention_impl
+    assert resolve("auto", jnp.bfloat16, 64, 64, "gpu") == "cudnn"
+    assert resolve("auto", jnp.float32, 64, 64, "gpu") == "xla"  # cuDNN's kernel is bf16/fp16
+    assert resolve("auto", jnp.bfloat16, 64, 64, "tpu") == "xla"
+    assert resolve("auto", jnp.bfloat16, 16, 64, "gpu") == "explicit"  # d_k != d_v (row B)
+    assert resolve("xla", jnp.float64, 64, 64, "cpu") == "explicit"  # float64 stays float64
+    with pytest.raises(ValueError, match="model.attention_impl must be one of"):
+        resolve("flash", jnp.float32, 64, 64, "cpu")
+
+
+def test_dropout_keeps_the_expectation_and_the_rate():
+    """16 random bits per element: the rate is round(0.1 * 2^16) / 2^16 = 0.1000061; over 2^20
+    elements the dropped fraction is within 5 standard deviations (5 x 2.9e-4) of it, and the
+    kept values are scaled so that the mean of the output is the input's (x = 1 here)."""
+    x = jnp.ones((256, 4096), jnp.float32)
+    out = tx.layers.Dropout(0.1).apply(
+        {}, x, deterministic=False, rngs={"dropout": jax.random.key(0)}
+    )
+    dropped = float(jnp.mean(out == 0))
+    rate = 6554 / 65536
+    assert abs(dropped - rate) < 5 * np.sqrt(rate * (1 - rate) / x.size)
+    np.testing.assert_allclose(np.asarray(out[out != 0]), 1 / (1 - rate), rtol=1e-7)
+    # The mean of 2^20 values that are 0 or 1 / (1 - rate): standard deviation
+    # sqrt(rate / (1 - rate) / n) = 3.2e-4.
+    assert float(jnp.mean(out)) == pytest.approx(1.0, abs=5 * np.sqrt(rate / (1 - rate) / x.size))
+    same = tx.layers.Dropout(0.1).apply({}, x, deterministic=True)
+    assert same is x or bool((same == x).all())

@@ -237,3 +237,63 @@ def test_dropout_is_active_only_in_training():
     b = model.apply({"params": params}, src, tgt, deterministic=False, rngs=rngs(2))
     # Other dropout masks: max differences >= 3.0 (seeds 0-4), far above the rounding bound.
     assert not np.allclose(a, b, rtol=0, atol=LOGITS_ATOL)
+
+
+@pytest.mark.parametrize("packed", [False, True])
+def test_attention_implementations_compute_the_same_model(packed):
+    """attention_impl "xla" (jax.nn.dot_product_attention; lengths for unpacked rows) and
+    "explicit" (the weights formed in tx.layers) on the same parameters: the same function
+    with reductions in another order, so within LOGITS_ATOL (observed <= 2e-6)."""
+    model, params = make(attention_impl="explicit")
+    fused = Transformer(ModelConfig(**{**SMALL, "attention_impl": "xla"}))
+    src = random_tokens(20, (2, 7)).at[1, 4:].set(0)
+    tgt = random_tokens(21, (2, 6)).at[0, 3:].set(0)
+    extra = ()
+    if packed:
+        extra = (
+            jnp.array([[1, 1, 1, 2, 2, 2, 2], [1, 1, 1, 1, 0, 0, 0]]),
+            jnp.array([[1, 1, 2, 0, 0, 0], [1, 1, 1, 1, 1, 1]]),
+            jnp.array([[0, 1, 2, 0, 1, 2, 3], [0, 1, 2, 3, 0, 0, 0]]),
+            jnp.array([[0, 1, 0, 0, 0, 0], [0, 1, 2, 3, 4, 5]]),
+        )
+    want = model.apply({"params": params}, src, tgt, *extra)
+    got = fused.apply({"params": params}, src, tgt, *extra)
+    real = np.asarray(tgt != 0)
+    np.testing.assert_allclose(np.asarray(got)[real], np.asarray(want)[real], atol=LOGITS_ATOL)
+
+
+def test_padded_vocabulary_is_the_same_model():
+    """vocab_multiple=128 adds zero rows to the embedding (the real rows are drawn as without
+    them): the logits are the unpadded model's (to the order of summation), the padding rows
+    get no gradient from the fused loss, and the counted parameters do not include them."""
+    from tx.counting import param_counts
+    from tx.losses import chunked_cross_entropy
+
+    model, params = make()
+    padded, padded_params = make(vocab_multiple=128)
+    emb, padded_emb = (
+        params["shared_embedding"]["embedding"],
+        padded_params["shared_embedding"]["embedding"],
+    )
+    assert padded_emb.shape == (128, 16)
+    np.testing.assert_array_equal(padded_emb[:40], emb)
+    assert not np.asarray(padded_emb[40:]).any()
+    src, tgt = random_tokens(22, (2, 5)), random_tokens(23, (2, 6))
+    # The same dot products, but a wider matrix product may block (and so sum) them in another
+    # order: within LOGITS_ATOL (observed 3.6e-7; the rest of the model is the same arithmetic).
+    np.testing.assert_allclose(
+        padded.apply({"params": padded_params}, src, tgt),
+        model.apply({"params": params}, src, tgt),
+        atol=LOGITS_ATOL,
+    )
+
+    def loss(p):
+        states, head = padded.apply({"params": p}, src, tgt, method="features")
+        weights = jnp.ones(tgt.shape)
+        return chunked_cross_entropy(
+            states, head, tgt, weights, label_smoothing=0.1, vocab_size=40
+        )["loss"]
+
+    grad = jax.grad(loss)(padded_params)["shared_embedding"]["embedding"]
+    assert np.asarray(grad[:40]).any() and not np.asarray(grad[40:]).any()
+    assert param_counts(padded.config) == param_counts(model.config)

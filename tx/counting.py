@@ -32,6 +32,8 @@ def param_counts(config: ModelConfig | RNNConfig) -> dict[str, int]:
     counts = {"params": 0, "encoder": 0, "decoder": 0, "embeddings": 0}
     for path, leaf in jax.tree_util.tree_leaves_with_path(params):
         n = int(np.prod(leaf.shape))
+        if path[-1].key == "embedding":  # the rows padding the vocabulary are not parameters
+            n = config.vocab_size * leaf.shape[1]
         top = path[0].key
         group = top if top in ("encoder", "decoder") else "embeddings"
         counts[group] += n

@@ -160,13 +160,12 @@ def transformer_spec(mc: ModelConfig, params: dict, pieces: list[str]):
 
 
 def _embeddings(mc: ModelConfig, params: dict):
-    """(source, target, pre-softmax) matrices [V, m]."""
+    """(source, target, pre-softmax) matrices [V, m], without the rows padding the vocabulary."""
     if mc.share_embeddings:
-        e = _own(params["shared_embedding"]["embedding"])
+        e = _own(params["shared_embedding"]["embedding"][: mc.vocab_size])
         return e, e, e  # one array: CTranslate2 stores it once and aliases the others
-    return tuple(
-        _own(params[n]["embedding"]) for n in ("source_embedding", "target_embedding", "softmax")
-    )
+    names = ("source_embedding", "target_embedding", "softmax")
+    return tuple(_own(params[n]["embedding"][: mc.vocab_size]) for n in names)
 
 
 def _positions(mc: ModelConfig, params: dict) -> dict:

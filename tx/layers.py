@@ -12,7 +12,7 @@ Shape letters used in einsums and comments:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -42,6 +42,38 @@ def constrain(x: Array, names: tuple[str | None, ...]) -> Array:
     return nn.with_logical_constraint(x, names)
 
 
+class Dropout(nn.Module):
+    """Inverted dropout that draws one 32-bit random word per two elements.
+
+    Each element gets 16 random bits and is dropped when they fall below
+    round(rate * 2^16): the rate is kept to within 2^-17 (0.1 -> 6554 / 65536 = 0.1000061),
+    and kept values are scaled by 1 / (1 - that rate), so the expected output is the input
+    exactly. Random bits are the cost of dropout on a CPU (about a tenth of the base model's
+    training step at 32 bits per element, as flax.linen.Dropout draws them); this halves it.
+    Word j of a row gives elements 2j (low half) and 2j + 1 (high half); JAX's
+    partitionable threefry makes the words a function of their global position, so the masks
+    are the same on any mesh.
+    """
+
+    rate: float
+
+    @nn.compact
+    def __call__(self, x: Array, *, deterministic: bool) -> Array:
+        if deterministic or self.rate == 0.0:
+            return x
+        threshold = round(self.rate * 65536)
+        rng = self.make_rng("dropout")
+        *lead, width = x.shape
+        if width % 2:
+            keep = jax.random.bernoulli(rng, 1.0 - threshold / 65536, x.shape)
+        else:
+            words = jax.random.bits(rng, (*lead, width // 2), jnp.uint32)
+            halves = jnp.stack([words & 0xFFFF, words >> 16], axis=-1).reshape(x.shape)
+            keep = halves >= threshold
+        scale = jnp.asarray(65536 / (65536 - threshold), x.dtype)
+        return jnp.where(keep, x * scale, jnp.zeros((), x.dtype))
+
+
 def sinusoidal_encoding(positions: Array, d_model: int) -> Array:
     """The paper's positional encoding, evaluated at integer `positions`.
 
@@ -64,19 +96,35 @@ def sinusoidal_encoding(positions: Array, d_model: int) -> Array:
 
 
 class Embed(nn.Module):
-    """Token embedding [V, m]; `attend` reuses the same matrix as the pre-softmax layer."""
+    """Token embedding [V', m]; `attend` reuses the same matrix as the pre-softmax layer.
+
+    V' is `vocab_size` rounded up to a multiple of `vocab_multiple` (128 lays the softmax
+    product out in whole tiles on GPUs and TPUs and lets a tensor axis split it). The extra
+    rows start at zero and stay there: no token looks them up, and their logits are cut off
+    (`attend`) or masked (tx.losses.chunked_cross_entropy), so they get no gradient.
+    """
 
     vocab_size: int
     d_model: int
     dtype: Dtype = jnp.float32
     param_dtype: Dtype = jnp.float32
+    vocab_multiple: int = 1
+
+    @property
+    def rows(self) -> int:
+        return -(-self.vocab_size // self.vocab_multiple) * self.vocab_multiple
 
     def setup(self):
-        init = nn.initializers.normal(stddev=self.d_model**-0.5)
+        normal = nn.initializers.normal(stddev=self.d_model**-0.5)
+
+        def init(key, shape, dtype):  # the real rows as without padding, for any multiple
+            real = normal(key, (self.vocab_size, self.d_model), dtype)
+            return jnp.pad(real, ((0, shape[0] - self.vocab_size), (0, 0)))
+
         self.embedding = self.param(
             "embedding",
             nn.with_logical_partitioning(init, ("vocab", "embed")),
-            (self.vocab_size, self.d_model),
+            (self.rows, self.d_model),
             self.param_dtype,
         )
 
@@ -85,15 +133,19 @@ class Embed(nn.Module):
         emb = jnp.take(jnp.asarray(self.embedding, self.dtype), tokens, axis=0)
         return emb * jnp.asarray(np.sqrt(self.d_model), self.dtype)
 
+    def matrix(self) -> Array:
+        """The whole matrix [V', m] in the compute dtype (for a loss that forms the logits)."""
+        return jnp.asarray(self.embedding, self.dtype)
+
     def attend(self, x: Array) -> Array:
-        """[b, l, m] -> logits [b, l, V] float32.
+        """[b, l, m] -> logits [b, l, V] float32 (the padding columns cut off).
 
         The product runs in `dtype` but accumulates into and returns float32: casting a
         bfloat16 result would round every logit to 8 significant bits (up to 2^-9 relative).
         """
-        embedding = jnp.asarray(self.embedding, self.dtype)
         out = at_least_float32(self.dtype)
-        return jnp.einsum("blm,Vm->blV", x, embedding, preferred_element_type=out)
+        logits = jnp.einsum("blm,Vm->blV", x, self.matrix(), preferred_element_type=out)
+        return logits[..., : self.vocab_size]
 
 
 class PositionEmbedding(nn.Module):
@@ -121,31 +173,39 @@ class PositionEmbedding(nn.Module):
         return x + pe.astype(self.dtype)
 
 
-def attention_logits(query: Array, key: Array) -> Array:
+def cache_layout(key: Array, value: Array) -> tuple[Array, Array]:
+    """Keys [b, k, h, d] -> [b, h, d, k] and values [b, k, h, v] -> [b, h, k, v]: the layouts
+    the products of one query step read without a copy. Search caches are kept in them, or
+    XLA transposes every layer's whole cache at every step."""
+    return key.transpose(0, 2, 3, 1), value.transpose(0, 2, 1, 3)
+
+
+def attention_logits(query: Array, key: Array, cached: bool = False) -> Array:
     """Q K^T / sqrt(d_k), accumulated in and returned as float32 (not rounded to `dtype`).
 
     Args:
-      query: [b, q, h, d]; key: [b, k, h, d].
+      query: [b, q, h, d]; key: [b, k, h, d], or [b, h, d, k] if `cached` (`cache_layout`).
 
     Returns:
       float32 [b, h, q, k].
     """
     out = at_least_float32(query.dtype)
-    logits = jnp.einsum("bqhd,bkhd->bhqk", query, key, preferred_element_type=out)
+    spec = "bqhd,bhdk->bhqk" if cached else "bqhd,bkhd->bhqk"
+    logits = jnp.einsum(spec, query, key, preferred_element_type=out)
     return logits / np.sqrt(query.shape[-1]).astype(out)
 
 
-def attention_weights(query: Array, key: Array, mask: Array | None) -> Array:
+def attention_weights(query: Array, key: Array, mask: Array | None, cached: bool = False) -> Array:
     """softmax(Q K^T / sqrt(d_k)) with an optional boolean mask: every row sums to 1.
 
     Args:
-      query: [b, q, h, d]; key: [b, k, h, d].
+      query: [b, q, h, d]; key: [b, k, h, d], or [b, h, d, k] if `cached`.
       mask: bool, broadcastable to [b, h, q, k]; False positions are excluded.
 
     Returns:
       float32 [b, h, q, k].
     """
-    logits = attention_logits(query, key)
+    logits = attention_logits(query, key, cached)
     if mask is not None:
         # The paper sets masked logits to -inf; the most negative finite float gives the same
         # softmax whenever a row has one valid key, and no NaN for an all-padding row.
@@ -154,14 +214,20 @@ def attention_weights(query: Array, key: Array, mask: Array | None) -> Array:
 
 
 def attend(
-    weights: Array, value: Array, dropout_rng: Array | None = None, dropout_rate: float = 0.0
+    weights: Array,
+    value: Array,
+    dropout_rng: Array | None = None,
+    dropout_rate: float = 0.0,
+    cached: bool = False,
 ) -> Array:
-    """weights [b, h, q, k] x value [b, k, h, v] -> [b, q, h, v] in the dtype of `value`,
-    with dropout on the weights when `dropout_rng` is given and dropout_rate > 0."""
+    """weights [b, h, q, k] x value [b, k, h, v] (or [b, h, k, v] if `cached`) -> [b, q, h, v]
+    in the dtype of `value`, with dropout on the weights when `dropout_rng` is given and
+    dropout_rate > 0."""
     if dropout_rng is not None and dropout_rate > 0.0:
         keep = jax.random.bernoulli(dropout_rng, 1.0 - dropout_rate, weights.shape)
         weights = jnp.where(keep, weights / (1.0 - dropout_rate), 0.0)
-    return jnp.einsum("bhqk,bkhv->bqhv", weights.astype(value.dtype), value)
+    spec = "bhqk,bhkv->bqhv" if cached else "bhqk,bkhv->bqhv"
+    return jnp.einsum(spec, weights.astype(value.dtype), value)
 
 
 def dot_product_attention(
@@ -185,14 +251,90 @@ def dot_product_attention(
     return attend(attention_weights(query, key, mask), value, dropout_rng, dropout_rate)
 
 
-# Cache entries of cross-attention: the same for every search row of a sentence (see
+# How attention is computed (model.attention_impl):
+#   explicit  the weights formed here (attention_weights, attend): dropout on the weights,
+#             drawn maps (tx.attention), d_k != d_v, float64 tests
+#   xla       jax.nn.dot_product_attention's XLA path (any platform)
+#   cudnn     jax.nn.dot_product_attention's cuDNN flash attention (GPU, bf16/fp16)
+#   auto      cudnn where it applies, else xla; explicit wherever only it can do the job
+ATTENTION_IMPLS = ("auto", "explicit", "xla", "cudnn")
+
+
+def attention_impl(requested: str, dtype, d_k: int, d_v: int, platform: str) -> str:
+    """The implementation `requested` resolves to for these shapes on `platform`."""
+    if requested not in ATTENTION_IMPLS:
+        raise ValueError(
+            f"model.attention_impl must be one of {ATTENTION_IMPLS}, got {requested!r}"
+        )
+    # jax.nn.dot_product_attention needs one head width, and computes its softmax in float32.
+    if requested == "explicit" or d_k != d_v or jnp.dtype(dtype) == jnp.float64:
+        return "explicit"
+    if requested != "auto":
+        return requested
+    fused_ok = jnp.dtype(dtype) in (jnp.bfloat16, jnp.float16) and d_k % 8 == 0 and d_k <= 128
+    return "cudnn" if platform == "gpu" and fused_ok else "xla"
+
+
+class Masking(NamedTuple):
+    """Which keys each query may attend to, in the forms the implementations take.
+
+    mask: bool [b, 1, q, k] (every implementation can use it: packed rows need it);
+    lengths: (query lengths [b], key lengths [b]) int32 when every row is one sequence padded
+    at its end, else None; causal: queries see no later key. `lengths` and `causal` together
+    say what `mask` says for the real queries (padding queries are never read).
+    """
+
+    mask: Array | None
+    lengths: tuple[Array, Array] | None = None
+    causal: bool = False
+
+
+def fused_attention(query, key, value, masking: Masking, implementation: str) -> Array:
+    """softmax(Q K^T / sqrt(d_k)) V by jax.nn.dot_product_attention: [b, q, h, d] x
+    [b, k, h, d] x [b, k, h, d] -> [b, q, h, d]. cuDNN gets lengths and the causal flag (its
+    fast masks); the XLA path takes the mask, or the lengths where there is no mask."""
+    if masking.lengths is not None and (implementation == "cudnn" or masking.mask is None):
+        q_len, k_len = masking.lengths
+        return jax.nn.dot_product_attention(
+            query,
+            key,
+            value,
+            is_causal=masking.causal,
+            query_seq_lengths=q_len,
+            key_value_seq_lengths=k_len,
+            implementation=implementation,
+        )
+    return jax.nn.dot_product_attention(
+        query, key, value, mask=masking.mask, implementation=implementation
+    )
+
+
+# Cache entries of cross-attention: one row per sentence, shared by its search rows (see
 # MultiHeadAttention._static_cache); tx.model.reorder_cache leaves them in place.
-SENTENCE_CONSTANT_CACHE = ("static_key", "static_value", "static_ready")
+SENTENCE_CONSTANT_CACHE = ("static_key", "static_value")
 
 
 def is_sentence_constant(name: str) -> bool:
     """Whether the cache entry `name` is the same for every search row of a sentence."""
     return name in SENTENCE_CONSTANT_CACHE
+
+
+def _per_sentence(query: Array, key_rows: int) -> Array:
+    """Queries [b * w, q, h, d] of rows that share their keys [b, ...] w by w (the beams of a
+    sentence share its encoder output) -> [b, w * q, h, d]: each sentence's w rows become
+    more query positions against one copy of its keys, so the keys are neither copied w
+    times nor gathered when the beams are reordered. w = 1 leaves the queries as they are."""
+    rows = query.shape[0]
+    if rows == key_rows:
+        return query
+    return query.reshape(key_rows, (rows // key_rows) * query.shape[1], *query.shape[2:])
+
+
+def _per_row(weights: Array, rows: int, length: int) -> Array:
+    """Weights [b, h, w * q, k] of `_per_sentence` queries -> [b * w, h, q, k], one per row."""
+    b, h, _, k = weights.shape
+    weights = weights.reshape(b, h, rows // b, length, k).swapaxes(1, 2)
+    return weights.reshape(rows, h, length, k)
 
 
 class MultiHeadAttention(nn.Module):
@@ -210,6 +352,7 @@ class MultiHeadAttention(nn.Module):
     dropout_rate: float = 0.0
     dtype: Dtype = jnp.float32
     param_dtype: Dtype = jnp.float32
+    implementation: str = "explicit"  # resolved by `attention_impl` (never "auto" here)
 
     def _kernel(self, name: str, width: int) -> Array:
         """Projection W [m, h, width] (W^Q, W^K or W^V of all heads at once)."""
@@ -226,45 +369,66 @@ class MultiHeadAttention(nn.Module):
         self,
         inputs_q: Array,
         inputs_kv: Array,
-        mask: Array | None,
+        mask: Masking | Array | None,
         *,
         deterministic: bool,
         incremental: bool = False,
         static_kv: bool = False,
-    ) -> Array:
-        """inputs_q: [b, q, m]; inputs_kv: [b, k, m]; mask: bool [b, 1|h, q, k] -> [b, q, m].
+        prime: bool = False,
+    ) -> Array | None:
+        """inputs_q: [b, q, m]; inputs_kv: [b, k, m]; mask: a Masking, or its bool mask
+        [b, 1|h, q, k] alone -> [b, q, m].
 
         `incremental`: one new position per call (search). With `static_kv` (cross-attention:
-        `inputs_kv` is the same encoder output at every step) keys and values are projected
-        once and cached;
+        `inputs_kv` is the same encoder output at every step) keys and values come from the
+        cache, where `prime` (a call of its own, before the first step) projected them once;
         otherwise (self-attention) this step's key and value are appended to the cache.
+        Cross-attention keys may hold one row per sentence for several query rows per sentence
+        (the beams: b = sentences x width, sentence-major): see `_per_sentence`.
         """
         names = ("batch", "length", "heads", "kv")
         w_q, w_k, w_v = (
             self._kernel(n, w)
             for n, w in (("query", self.d_k), ("key", self.d_k), ("value", self.d_v))
         )
-        query = constrain(jnp.einsum("blm,mhd->blhd", inputs_q, w_q), names)
 
         def project():
             key = jnp.einsum("blm,mhd->blhd", inputs_kv, w_k)
             value = jnp.einsum("blm,mhd->blhd", inputs_kv, w_v)
             return constrain(key, names), constrain(value, names)
 
+        if prime:
+            key, value = cache_layout(*project())
+            self.put_variable("cache", "static_key", key)
+            self.put_variable("cache", "static_value", value)
+            return None
+        query = constrain(jnp.einsum("blm,mhd->blhd", inputs_q, w_q), names)
+        masking = mask if isinstance(mask, Masking) else Masking(mask)
         if incremental and static_kv:
             key, value = self._static_cache(project)
         else:
             key, value = project()
             if incremental:
-                key, value, mask = self._update_cache(key, value, mask)
+                key, value, step_mask = self._update_cache(key, value, masking.mask)
+                masking = Masking(step_mask)
         dropout_rng = None
         if not deterministic and self.dropout_rate > 0.0:
             dropout_rng = self.make_rng("dropout")
-        weights = attention_weights(query, key, mask)  # [b, h, q, k] float32
-        # Kept only when the caller makes "intermediates" mutable (tx.attention draws them);
-        # otherwise sow is a no-op at trace time: training and search compile as before.
-        self.sow("intermediates", "attention_weights", weights)
-        out = attend(weights, value, dropout_rng, self.dropout_rate)
+        # The weights themselves are needed for dropout on them and for drawing them (the
+        # caller makes "intermediates" mutable: tx.attention); otherwise a fused kernel.
+        drawn = self.is_mutable_collection("intermediates")
+        rows, length = query.shape[:2]
+        query = _per_sentence(query, key.shape[0])  # [sentences, width * q, h, d]
+        # Search steps (one query per row, keys in `cache_layout`) need no fused kernel.
+        if self.implementation == "explicit" or dropout_rng is not None or drawn or incremental:
+            weights = attention_weights(query, key, masking.mask, incremental)  # [b, h, q, k]
+            self.sow("intermediates", "attention_weights", _per_row(weights, rows, length))
+            out = attend(weights, value, dropout_rng, self.dropout_rate, incremental)
+        else:
+            # cuDNN's fast masks are lengths; packed rows and search steps take the XLA path.
+            fast = self.implementation == "cudnn" and masking.lengths is not None
+            out = fused_attention(query, key, value, masking, "cudnn" if fast else "xla")
+        out = out.reshape(rows, length, *out.shape[2:])  # back to one row per query row
         out_kernel = self.param(
             "out",
             nn.with_logical_partitioning(_glorot_split((0, 1), (2,)), ("heads", "kv", "embed")),
@@ -275,43 +439,35 @@ class MultiHeadAttention(nn.Module):
         return constrain(out, ("batch", "length", "embed"))
 
     def _static_cache(self, project):
-        """Cross-attention keys/values, projected at the first step and reused after it.
-
-        Cache entries: static_key [b, s, h, d], static_value [b, s, h, v], static_ready [] bool.
-        """
+        """Cross-attention keys/values as `prime` stored them (`cache_layout`): static_key
+        [b, h, d, s], static_value [b, h, s, v]; the first call (`init_cache`) allocates."""
         if not self.has_variable("cache", "static_key"):  # allocation pass (init_cache)
-            key, value = project()
+            key, value = cache_layout(*project())
             self.variable("cache", "static_key", jnp.zeros, key.shape, key.dtype)
             self.variable("cache", "static_value", jnp.zeros, value.shape, value.dtype)
-            self.variable("cache", "static_ready", lambda: jnp.array(False))
             return key, value
-        static_key = self.variable("cache", "static_key")
-        static_value = self.variable("cache", "static_value")
-        ready = self.variable("cache", "static_ready")
-        key, value = jax.lax.cond(
-            ready.value, lambda: (static_key.value, static_value.value), project
-        )
-        static_key.value, static_value.value, ready.value = key, value, jnp.array(True)
-        return key, value
+        return self.get_variable("cache", "static_key"), self.get_variable("cache", "static_value")
 
     def _update_cache(self, key: Array, value: Array, mask: Array | None):
-        """Writes this step's key/value at the cache index and returns the whole cache.
+        """Writes this step's key/value at the cache index and returns the whole cache, in
+        `cache_layout`.
 
         The first call (during `init_cache`) sees the full target length and only allocates:
-        cached_key [b, L, h, d], cached_value [b, L, h, v], cache_index [] int32.
+        cached_key [b, h, d, L], cached_value [b, h, L, v], cache_index [] int32.
         """
+        key, value = cache_layout(key, value)
         initialized = self.has_variable("cache", "cached_key")
         cached_key = self.variable("cache", "cached_key", jnp.zeros, key.shape, key.dtype)
         cached_value = self.variable("cache", "cached_value", jnp.zeros, value.shape, value.dtype)
         cache_index = self.variable("cache", "cache_index", lambda: jnp.array(0, jnp.int32))
         if not initialized:
             return key, value, mask
-        batch, max_len = cached_key.value.shape[:2]
-        if key.shape[1] != 1:
-            raise ValueError(f"incremental mode takes one position per call, got {key.shape[1]}")
+        batch, max_len = cached_value.value.shape[0], cached_value.value.shape[2]
+        if key.shape[-1] != 1:
+            raise ValueError(f"incremental mode takes one position per call, got {key.shape[-1]}")
         i = cache_index.value
-        cached_key.value = jax.lax.dynamic_update_slice(cached_key.value, key, (0, i, 0, 0))
-        cached_value.value = jax.lax.dynamic_update_slice(cached_value.value, value, (0, i, 0, 0))
+        cached_key.value = jax.lax.dynamic_update_slice(cached_key.value, key, (0, 0, 0, i))
+        cached_value.value = jax.lax.dynamic_update_slice(cached_value.value, value, (0, 0, i, 0))
         cache_index.value = i + 1
         # Causality for one query: attend to cache slots 0..i only.
         step_mask = (jnp.arange(max_len) <= i)[None, None, None, :]  # [1, 1, 1, L]
@@ -349,7 +505,7 @@ class FeedForward(nn.Module):
         b2 = param("bo", nn.initializers.zeros, (self.d_model,), ("embed",))
         h = jax.nn.relu(jnp.einsum("blm,mf->blf", x, w1) + b1)
         h = constrain(h, ("batch", "length", "mlp"))
-        h = nn.Dropout(self.relu_dropout_rate)(h, deterministic=deterministic)
+        h = Dropout(self.relu_dropout_rate)(h, deterministic=deterministic)
         return constrain(jnp.einsum("blf,fm->blm", h, w2) + b2, ("batch", "length", "embed"))
 
 

@@ -19,11 +19,14 @@ import jax.numpy as jnp
 from flax import linen as nn
 
 from tx.layers import (
+    Dropout,
     Embed,
     FeedForward,
     LayerNorm,
+    Masking,
     MultiHeadAttention,
     PositionEmbedding,
+    attention_impl,
     constrain,
     is_sentence_constant,
 )
@@ -47,6 +50,7 @@ class ModelConfig:
     family: ClassVar[str] = "transformer"  # model.family (tx.families); not a field
 
     vocab_size: int = 37000
+    vocab_multiple: int = 1  # embedding rows rounded up to a multiple of this (tx.layers.Embed)
     d_model: int = 512  # d_model
     num_heads: int = 8  # h
     d_k: int | None = None  # query/key width per head; None -> d_model // h
@@ -65,6 +69,7 @@ class ModelConfig:
     layer_norm_epsilon: float = 1e-6
     dtype: str = "float32"  # compute dtype
     param_dtype: str = "float32"
+    attention_impl: str = "auto"  # tx.layers.ATTENTION_IMPLS
 
     def __post_init__(self):
         h = self.num_heads
@@ -100,18 +105,24 @@ class ModelConfig:
     def weight_dtype(self):
         return _DTYPES[self.param_dtype]
 
+    @property
+    def vocab_rows(self) -> int:
+        """Rows of the embedding matrices: vocab_size rounded up to vocab_multiple."""
+        return -(-self.vocab_size // self.vocab_multiple) * self.vocab_multiple
+
     def tensor_split_sizes(self) -> dict[str, int]:
         """The sizes the mesh's tensor axis splits (heads, feed-forward, vocabulary)."""
         return {
             "model.num_heads": self.num_heads,
             "model.d_ff": self.d_ff,
-            "model.vocab_size": self.vocab_size,
+            "model.vocab_size (rounded up to model.vocab_multiple)": self.vocab_rows,
         }
 
 
 def _check_model(c: ModelConfig) -> None:
     positive = (
         "vocab_size",
+        "vocab_multiple",
         "d_model",
         "d_k",
         "d_v",
@@ -159,6 +170,11 @@ def _segments_or_mask(tokens: Array, segments: Array | None) -> Array:
     return segments if segments is not None else (tokens != PAD_ID).astype(jnp.int32)
 
 
+def _lengths(segments: Array) -> Array:
+    """[b] int32: the real positions of each row (its padding is at the end)."""
+    return jnp.sum(segments > 0, axis=-1, dtype=jnp.int32)
+
+
 def attention_mask(q_segments: Array, k_segments: Array, causal: bool = False) -> Array:
     """bool [b, 1, q, k]: key is real and in the query's pair (and not in the future)."""
     mask = (q_segments[:, :, None] == k_segments[:, None, :]) & (k_segments[:, None, :] > 0)
@@ -177,13 +193,14 @@ class _SubLayer(nn.Module):
     def __call__(self, x: Array, fn, *, deterministic: bool) -> Array:
         c = self.config
         norm = LayerNorm(c.layer_norm_epsilon, c.compute_dtype, c.weight_dtype, name="norm")
-        drop = nn.Dropout(c.dropout_rate)
+        drop = Dropout(c.dropout_rate)
         if c.pre_ln:
             return x + drop(fn(norm(x)), deterministic=deterministic)
         return norm(x + drop(fn(x), deterministic=deterministic))
 
 
 def _attention(c: ModelConfig, name: str) -> MultiHeadAttention:
+    impl = attention_impl(c.attention_impl, c.compute_dtype, c.d_k, c.d_v, jax.default_backend())
     return MultiHeadAttention(
         c.num_heads,
         c.d_k,
@@ -192,6 +209,7 @@ def _attention(c: ModelConfig, name: str) -> MultiHeadAttention:
         c.attention_dropout_rate,
         c.compute_dtype,
         c.weight_dtype,
+        impl,
         name=name,
     )
 
@@ -225,10 +243,24 @@ class DecoderLayer(nn.Module):
 
     @nn.compact
     def __call__(
-        self, y, encoded, self_mask, cross_mask, *, deterministic: bool, incremental: bool
+        self,
+        y,
+        encoded,
+        self_mask,
+        cross_mask,
+        *,
+        deterministic: bool,
+        incremental: bool,
+        prime: bool = False,
     ):
-        """y: [b, t, m]; encoded: [b, s, m]; masks [b, 1, t, t] / [b, 1, t, s] -> [b, t, m]."""
+        """y: [b, t, m]; encoded: [b, s, m]; masks [b, 1, t, t] / [b, 1, t, s] -> [b, t, m].
+
+        `prime`: only store the cross-attention keys and values of `encoded` in the cache."""
         c = self.config
+        if prime:
+            return _attention(c, "cross_attention")(
+                None, encoded, None, deterministic=True, prime=True
+            )
         self_attn = _attention(c, "self_attention")
         y = _SubLayer(c, name="self_attention_block")(
             y,
@@ -262,18 +294,17 @@ class Encoder(nn.Module):
     embed: nn.Module
 
     @nn.compact
-    def __call__(self, inputs, segments, positions, *, deterministic: bool) -> Array:
-        """inputs, segments, positions: [b, s] int -> encoded [b, s, m]."""
+    def __call__(self, inputs, masking: Masking, positions, *, deterministic: bool) -> Array:
+        """inputs, positions: [b, s] int; masking: its self-attention -> encoded [b, s, m]."""
         c = self.config
         x = self.embed(inputs)
         x = PositionEmbedding(
             c.d_model, c.positional, c.max_len, c.compute_dtype, c.weight_dtype, name="position"
         )(x, positions)
-        x = nn.Dropout(c.dropout_rate)(x, deterministic=deterministic)
+        x = Dropout(c.dropout_rate)(x, deterministic=deterministic)
         x = constrain(x, ("batch", "length", "embed"))
-        mask = attention_mask(segments, segments)
         for i in range(c.num_encoder_layers):
-            x = EncoderLayer(c, name=f"layer_{i}")(x, mask, deterministic=deterministic)
+            x = EncoderLayer(c, name=f"layer_{i}")(x, masking, deterministic=deterministic)
         if c.pre_ln:
             x = LayerNorm(c.layer_norm_epsilon, c.compute_dtype, c.weight_dtype, name="final_norm")(
                 x
@@ -297,16 +328,26 @@ class Decoder(nn.Module):
         *,
         deterministic: bool,
         incremental: bool,
+        features: bool = False,
+        prime: bool = False,
     ) -> Array:
-        """decoder_inputs: [b, t] (already shifted) -> logits [b, t, V] float32."""
+        """decoder_inputs: [b, t] (already shifted) -> logits [b, t, V] float32, or with
+        `features` the states the softmax layer takes [b, t, m]. `prime`: fill the cache's
+        cross-attention keys and values from `encoded` [b, s, m], and nothing else."""
         c = self.config
+        if prime:
+            for i in range(c.num_decoder_layers):
+                DecoderLayer(c, name=f"layer_{i}")(
+                    None, encoded, None, None, deterministic=True, incremental=True, prime=True
+                )
+            return None
         if incremental:
             positions = self._step_positions(decoder_inputs)
         y = self.embed(decoder_inputs)
         y = PositionEmbedding(
             c.d_model, c.positional, c.max_len, c.compute_dtype, c.weight_dtype, name="position"
         )(y, positions)
-        y = nn.Dropout(c.dropout_rate)(y, deterministic=deterministic)
+        y = Dropout(c.dropout_rate)(y, deterministic=deterministic)
         y = constrain(y, ("batch", "length", "embed"))
         for i in range(c.num_decoder_layers):
             y = DecoderLayer(c, name=f"layer_{i}")(
@@ -321,8 +362,14 @@ class Decoder(nn.Module):
             y = LayerNorm(c.layer_norm_epsilon, c.compute_dtype, c.weight_dtype, name="final_norm")(
                 y
             )
-        head = self.output_embed if self.output_embed is not None else self.embed
-        return constrain(head.attend(y), ("batch", "length", "vocab"))
+        if features:
+            return y
+        return constrain(self.head.attend(y), ("batch", "length", "vocab"))
+
+    @property
+    def head(self) -> nn.Module:
+        """The pre-softmax layer: its own matrix, or the tied embedding."""
+        return self.output_embed if self.output_embed is not None else self.embed
 
     def _step_positions(self, decoder_inputs: Array) -> Array:
         """[b, l] positions of an incremental step, counted in the "cache" collection."""
@@ -344,7 +391,14 @@ class Transformer(nn.Module):
         c = self.config
 
         def embed(name):
-            return Embed(c.vocab_size, c.d_model, c.compute_dtype, c.weight_dtype, name=name)
+            return Embed(
+                c.vocab_size,
+                c.d_model,
+                c.compute_dtype,
+                c.weight_dtype,
+                c.vocab_multiple,
+                name=name,
+            )
 
         if c.share_embeddings:
             self.shared_embedding = embed("shared_embedding")
@@ -360,7 +414,12 @@ class Transformer(nn.Module):
         """inputs: [b, s] int -> encoded [b, s, m]."""
         segments = _segments_or_mask(inputs, inputs_segments)
         positions = inputs_positions if inputs_positions is not None else _default_positions(inputs)
-        return self.encoder(inputs, segments, positions, deterministic=deterministic)
+        lengths = None
+        if inputs_segments is None:  # one sentence per row, padded at its end
+            n = _lengths(segments)
+            lengths = (n, n)
+        masking = Masking(attention_mask(segments, segments), lengths)
+        return self.encoder(inputs, masking, positions, deterministic=deterministic)
 
     def decode(
         self,
@@ -373,8 +432,9 @@ class Transformer(nn.Module):
         *,
         deterministic: bool = True,
         incremental: bool = False,
+        features: bool = False,
     ) -> Array:
-        """Decoder logits.
+        """Decoder logits (with `features`: the states [b, t, m] the softmax layer takes).
 
         Training / scoring (`incremental=False`): targets [b, t] are shifted right here and the
         result is logits [b, t, V] predicting targets[:, i] at position i.
@@ -403,8 +463,14 @@ class Transformer(nn.Module):
             positions = targets_positions
             decoder_inputs = shift_right(targets, targets_positions)
             self_segments = tgt_segments
-        self_mask = attention_mask(self_segments, self_segments, causal=True)
-        cross_mask = attention_mask(tgt_segments, src_segments)
+        self_mask = Masking(attention_mask(self_segments, self_segments, causal=True), causal=True)
+        cross_mask = Masking(attention_mask(tgt_segments, src_segments))
+        if inputs_segments is None and targets_segments is None and targets_positions is None:
+            # One pair per row, padded at its end: the same masks as lengths (cuDNN's form).
+            self_mask = self_mask._replace(lengths=(_lengths(self_segments),) * 2)
+            cross_mask = cross_mask._replace(
+                lengths=(_lengths(tgt_segments), _lengths(src_segments))
+            )
         return self.decoder(
             encoded,
             decoder_inputs,
@@ -413,6 +479,7 @@ class Transformer(nn.Module):
             positions,
             deterministic=deterministic,
             incremental=False,
+            features=features,
         )
 
     def __call__(
@@ -440,14 +507,53 @@ class Transformer(nn.Module):
             deterministic=deterministic,
         )
 
+    def features(
+        self,
+        inputs,
+        targets,
+        inputs_segments=None,
+        targets_segments=None,
+        inputs_positions=None,
+        targets_positions=None,
+        *,
+        deterministic: bool = True,
+    ) -> tuple[Array, Array]:
+        """As `__call__`, stopping before the softmax layer: (states [b, t, m], the layer's
+        matrix [V', m]), for a loss that never holds all the logits (tx.losses)."""
+        encoded = self.encode(
+            inputs, inputs_segments, inputs_positions, deterministic=deterministic
+        )
+        states = self.decode(
+            encoded,
+            inputs,
+            targets,
+            inputs_segments,
+            targets_segments,
+            targets_positions,
+            deterministic=deterministic,
+            features=True,
+        )
+        return states, self.decoder.head.matrix()
 
-def init_cache(model: Transformer, params, encoded: Array, inputs: Array, max_len: int):
-    """Allocates the decoder's key/value cache for `max_len` output positions.
+    def prime(self, encoded: Array) -> None:
+        """Stores every layer's cross-attention keys and values of `encoded` [b, s, m] in the
+        "cache" collection (mutable, allocated by `init_cache`): projected once per sentence,
+        before the search, instead of at a step inside it."""
+        self.decoder(
+            encoded, None, None, None, None, deterministic=True, incremental=True, prime=True
+        )
 
-    encoded: [b, s, m], inputs: [b, s]. Returns the "cache" collection (all zeros, index 0).
+
+def init_cache(
+    model: Transformer, params, encoded: Array, inputs: Array, max_len: int, width: int = 1
+):
+    """The decoder's cache for `width` search rows per sentence and `max_len` output positions.
+
+    encoded: [b, s, m], inputs: [b, s] (one row per sentence). Self-attention keys and values
+    get b * width rows of zeros (index 0); cross-attention keys and values are projected from
+    `encoded` once, one row per sentence (its search rows share them).
     """
-    batch = inputs.shape[0]
-    targets = jnp.zeros((batch, max_len), jnp.int32)
+    targets = jnp.zeros((inputs.shape[0] * width, max_len), jnp.int32)
 
     def allocate():
         return model.apply(
@@ -462,27 +568,33 @@ def init_cache(model: Transformer, params, encoded: Array, inputs: Array, max_le
 
     # Only the shapes are needed: no forward pass over max_len positions is run.
     shapes = jax.eval_shape(allocate)
-    return jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+    cache = jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
+    _, primed = model.apply(
+        {"params": params, "cache": cache},
+        encoded,
+        method=Transformer.prime,
+        mutable=["cache"],
+    )
+    return primed["cache"]
 
 
 def incremental_decoder(model: Transformer, params, inputs: Array, width: int, max_len: int):
     """What a search needs to decode `inputs` [b, s] with `width` rows per sentence.
 
     Returns (tokens_to_logits, cache, reorder_cache), the fields of tx.search.Decoder:
-    the cache holds the cross-attention state for b*width rows (sentence-major) and room for
-    `max_len` output positions; tokens_to_logits maps the previous tokens [b*width, 1] and
-    the cache to (logits [b*width, V] float32, new cache); reorder_cache is `reorder_cache`.
+    the cache has room for b*width rows (sentence-major) and `max_len` output positions, and
+    the cross-attention state once per sentence; tokens_to_logits maps the previous tokens
+    [b*width, 1] and the cache to (logits [b*width, V] float32, new cache); reorder_cache is
+    `reorder_cache`.
     """
-    encoded = model.apply({"params": params}, inputs, method=Transformer.encode)
-    encoded = jnp.repeat(encoded, width, axis=0)  # [b*width, s, m]
-    inputs_w = jnp.repeat(inputs, width, axis=0)  # [b*width, s]
-    cache = init_cache(model, params, encoded, inputs_w, max_len)
+    encoded = model.apply({"params": params}, inputs, method=Transformer.encode)  # [b, s, m]
+    cache = init_cache(model, params, encoded, inputs, max_len, width)
 
     def tokens_to_logits(ids: Array, cache):
         logits, variables = model.apply(
             {"params": params, "cache": cache},
             encoded,
-            inputs_w,
+            inputs,
             ids,
             incremental=True,
             method=Transformer.decode,
@@ -496,8 +608,8 @@ def incremental_decoder(model: Transformer, params, inputs: Array, width: int, m
 def reorder_cache(cache, rows: Array):
     """The cache of rows `rows` [n] int, for rows chosen within each sentence's block (as
     beam search chooses them): self-attention keys/values follow their rows; the
-    cross-attention keys/values are the same for every row of a sentence and stay (moving them
-    would copy [n, s, h, d] per layer and step for nothing); step counters are shared."""
+    cross-attention keys/values are held once per sentence and stay; step counters are
+    shared."""
 
     def gather(path, x):
         if x.ndim == 0 or is_sentence_constant(path[-1].key):

@@ -47,6 +47,7 @@ class RNNConfig:
     family: ClassVar[str] = "rnn"
 
     vocab_size: int = 32000
+    vocab_multiple: int = 1  # embedding rows rounded up to a multiple of this (tx.layers.Embed)
     d_model: int = 256  # embedding width = hidden width of every layer (one width, as tx.model)
     num_layers: int = 1  # stacked recurrent layers in the encoder and in the decoder
     cell: str = "lstm"  # "lstm" | "gru" | "tanh" (Elman: h = tanh(W x + U h + b))
@@ -59,7 +60,7 @@ class RNNConfig:
     param_dtype: str = "float32"
 
     def __post_init__(self):
-        for name in ("vocab_size", "d_model", "num_layers"):
+        for name in ("vocab_size", "vocab_multiple", "d_model", "num_layers"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"model.{name} must be positive, got {getattr(self, name)}")
         if self.cell not in CELLS:
@@ -97,7 +98,11 @@ class RNNConfig:
 
     def tensor_split_sizes(self) -> dict[str, int]:
         """The sizes the mesh's tensor axis splits (hidden units and vocabulary)."""
-        return {"model.d_model": self.d_model, "model.vocab_size": self.vocab_size}
+        rows = -(-self.vocab_size // self.vocab_multiple) * self.vocab_multiple
+        return {
+            "model.d_model": self.d_model,
+            "model.vocab_size (rounded up to model.vocab_multiple)": rows,
+        }
 
 
 def _cell(c: RNNConfig, name: str, d_context: int = 0) -> Cell:
@@ -372,7 +377,14 @@ class RNNSeq2Seq(nn.Module):
         c = self.config
 
         def embed(name):
-            return Embed(c.vocab_size, c.d_model, c.compute_dtype, c.weight_dtype, name=name)
+            return Embed(
+                c.vocab_size,
+                c.d_model,
+                c.compute_dtype,
+                c.weight_dtype,
+                c.vocab_multiple,
+                name=name,
+            )
 
         if c.share_embeddings:
             self.shared_embedding = embed("shared_embedding")
