@@ -8,10 +8,12 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 import pytest
+import search_reference  # tests/search_reference.py, beside this file
 from flax import linen as nn
 
-from tx.model import ModelConfig, Transformer, incremental_decoder
+from tx.model import ModelConfig, Transformer, incremental_decoder, init_cache
 from tx.search import (
+    NEG,
     STRATEGIES,
     Decoder,
     Strategy,
@@ -20,7 +22,9 @@ from tx.search import (
     length_penalty,
     log_probs,
     sample_search,
+    top_log_probs,
 )
+from tx.search import top_k as search_top_k
 from tx.tokens import BOS_ID, EOS_ID
 
 V = 6  # pad, eos, unk, bos + two word tokens: emittable = {eos, unk, 4, 5}
@@ -143,17 +147,38 @@ def test_never_generates_pad_or_bos():
     assert float(jnp.exp(lp).sum()) == pytest.approx(1.0, rel=2e-6)
 
 
-def test_model_reorder_equals_gathering_every_row():
-    """The model's reorder_cache leaves cross-attention keys/values in place; the search's
-    default moves every row: the same hypotheses and scores either way."""
+def test_per_sentence_cross_attention_equals_a_copy_per_row():
+    """The model keeps cross-attention keys/values once per sentence (its beams attend to one
+    copy, and reorder_cache leaves them in place); a cache with a copy in every row, moved
+    with its row by the search's default gather, gives the same hypotheses and scores."""
     model, params = tiny_model(7, vocab=12)
     inputs = jnp.array([[4, 7, 9, 5, EOS_ID], [6, 8, EOS_ID, 0, 0]], jnp.int32)
     t2l, cache, reorder = incremental_decoder(model, params, inputs, 4, 9)
     args = dict(beam_size=4, alpha=0.6, max_steps=9)
     own = beam_search(Decoder(t2l, cache, reorder), jnp.array([8, 6]), **args)
-    every = beam_search(Decoder(t2l, cache), jnp.array([8, 6]), **args)
+
+    rows = jnp.repeat(inputs, 4, axis=0)
+    encoded = jnp.repeat(model.apply({"params": params}, inputs, method=Transformer.encode), 4, 0)
+
+    def every_row(ids, c):
+        logits, v = model.apply(
+            {"params": params, "cache": c},
+            encoded,
+            rows,
+            ids,
+            incremental=True,
+            method=Transformer.decode,
+            mutable=["cache"],
+        )
+        return logits[:, 0], v["cache"]
+
+    copies = init_cache(model, params, encoded, rows, 9)
+    assert copies["decoder"]["layer_0"]["cross_attention"]["static_key"].shape[0] == 8
+    assert cache["decoder"]["layer_0"]["cross_attention"]["static_key"].shape[0] == 2
+    every = beam_search(Decoder(every_row, copies), jnp.array([8, 6]), **args)
     np.testing.assert_array_equal(np.asarray(own[0]), np.asarray(every[0]))
-    np.testing.assert_array_equal(np.asarray(own[1]), np.asarray(every[1]))  # same arithmetic
+    # The same products, batched differently: float32 rounding of scores only.
+    np.testing.assert_allclose(np.asarray(own[1]), np.asarray(every[1]), rtol=1e-6, atol=1e-6)
 
 
 def test_search_module_knows_no_cache_names():
@@ -235,3 +260,56 @@ def test_strategy_from_config_dispatches_and_keeps_its_width():
     np.testing.assert_array_equal(np.asarray(greedy[0]), np.asarray(beam1[0]))
     with pytest.raises(ValueError, match="decode.strategy"):
         Strategy("nucleus")(decode_fns(model, params, inputs, 1)(10), max_lengths, 10, rng)
+
+
+@pytest.mark.parametrize("vocab", [12, 1000, 5003, 32000])
+def test_block_top_k_equals_lax_top_k_ties_included(vocab):
+    """Values and indices exactly as jax.lax.top_k, with many equal values (few levels) so
+    that ties between blocks decide the order."""
+    rng = np.random.default_rng(vocab)
+    for levels in (3, 50, None):
+        x = rng.normal(size=(16, vocab)).astype(np.float32)
+        if levels:
+            x = np.round(x * levels / 4) / levels
+        for n in (1, 8):
+            want = jax.lax.top_k(jnp.asarray(x), n)
+            got = search_top_k(jnp.asarray(x), n)
+            np.testing.assert_array_equal(np.asarray(got[0]), np.asarray(want[0]))
+            np.testing.assert_array_equal(np.asarray(got[1]), np.asarray(want[1]))
+
+
+def test_top_log_probs_are_the_full_log_softmax_at_the_top():
+    """The best tokens of each row and their log-probabilities equal the full log-softmax's
+    (PAD and BOS excluded; a row at its maximum length gets EOS first)."""
+    rng = np.random.default_rng(0)
+    logits = jnp.asarray(rng.normal(size=(6, 5003)).astype(np.float32) * 4)
+    at_max = jnp.asarray([[False], [True], [False], [False], [True], [False]])
+    lp, tok = top_log_probs(logits, 8, at_max)
+    full = log_probs(logits)
+    want_lp, want_tok = jax.lax.top_k(jnp.where(at_max, -jnp.inf, full), 8)
+    for r in range(6):
+        if at_max[r, 0]:
+            assert int(tok[r, 0]) == EOS_ID and float(lp[r, 1]) < NEG / 2
+            np.testing.assert_allclose(float(lp[r, 0]), float(full[r, EOS_ID]), atol=1e-6)
+        else:
+            np.testing.assert_array_equal(np.asarray(tok[r]), np.asarray(want_tok[r]))
+            # The same operations on the same values (x - max - log sum): observed equal;
+            # 1e-6 allows another summation order of the normaliser.
+            np.testing.assert_allclose(np.asarray(lp[r]), np.asarray(want_lp[r]), atol=1e-6)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_beam_search_equals_the_full_softmax_search(seed):
+    """Today's search (exact top-k per beam, no full log-softmax) against the one before it
+    (tests/search_reference.py): the same hypotheses, scores to float32 rounding."""
+    model, params = tiny_model(seed, vocab=300)
+    rng = np.random.default_rng(seed)
+    inputs = jnp.asarray(rng.integers(4, 300, (5, 9)), jnp.int32).at[3, 5:].set(0)
+    max_lengths = jnp.array([12, 3, 9, 6, 0])
+    make = decode_fns(model, params, inputs, 4)
+    for alpha in (0.0, 0.6):
+        args = dict(beam_size=4, alpha=alpha, max_steps=13)
+        new = beam_search(make(13), max_lengths, **args)
+        old = search_reference.beam_search(make(13), max_lengths, **args)
+        np.testing.assert_array_equal(np.asarray(new[0]), np.asarray(old[0]))
+        np.testing.assert_allclose(np.asarray(new[1]), np.asarray(old[1]), atol=1e-5)

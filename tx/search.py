@@ -113,18 +113,63 @@ def beam_search(
     return final["fin_seqs"][:, :, 1:], final["fin_scores"]
 
 
+def top_log_probs(logits: jax.Array, n: int, at_max: jax.Array):
+    """The `n` most likely tokens of each row and their log-probabilities, without the
+    full-vocabulary log-softmax: only the normaliser is a pass over [rows, V].
+
+    Exactly `log_probs` followed by `_only_eos_at_max` and top_k on its rows (the same
+    operations on the same values: the shifted top logits minus the log of the same sum), as
+    long as `at_max` rows keep EOS among their best n, which every row does where EOS is the
+    only token left. Args: logits [r, V]; n <= V; at_max bool [r, 1]. Returns (log-probs
+    [r, n] float32, tokens [r, n] int32), best first.
+    """
+    logits = logits.astype(jnp.float32)
+    logits = logits.at[..., PAD_ID].set(NEG).at[..., BOS_ID].set(NEG)
+    top = jnp.max(logits, -1, keepdims=True)  # the shift jax.nn.log_softmax uses
+    log_sum = jnp.log(jnp.sum(jnp.exp(logits - top), -1, keepdims=True))
+    # A row at its maximum length may only end: EOS first, every other token below NEG.
+    eos_only = jnp.where(jnp.arange(logits.shape[-1]) == EOS_ID, logits, 2 * NEG)
+    values, tokens = top_k(jnp.where(at_max, eos_only, logits), n)
+    return (values - top) - log_sum, tokens
+
+
+TOP_K_BLOCK = 128  # vocabulary entries per block in `top_k`
+
+
+def top_k(x: jax.Array, n: int) -> tuple[jax.Array, jax.Array]:
+    """jax.lax.top_k over the last axis of x [r, V], ties to the lower index, found through
+    blocks: the n best entries lie in the n blocks with the best maxima (an entry outside
+    them has n block maxima, other entries, at least as large), so only those n blocks are
+    searched: [r, n * 128] instead of [r, V] (on a CPU, 0.8 ms instead of 5.9 ms for
+    [128, 32000], a tenth of a beam step of the base model). The chosen blocks are taken in
+    vocabulary order, so equal values still come out lower index first."""
+    rows, vocab = x.shape
+    if vocab < 4 * n * TOP_K_BLOCK:  # few blocks: nothing to save
+        return jax.lax.top_k(x, n)
+    blocks = -(-vocab // TOP_K_BLOCK)
+    x = jnp.pad(x, ((0, 0), (0, blocks * TOP_K_BLOCK - vocab)), constant_values=-jnp.inf)
+    x = x.reshape(rows, blocks, TOP_K_BLOCK)
+    chosen = jnp.sort(jax.lax.top_k(jnp.max(x, -1), n)[1], axis=-1)  # [r, n] block numbers
+    candidates = jnp.take_along_axis(x, chosen[:, :, None], axis=1).reshape(rows, -1)
+    values, at = jax.lax.top_k(candidates, n)
+    block = jnp.take_along_axis(chosen, at // TOP_K_BLOCK, axis=1)
+    return values, block * TOP_K_BLOCK + at % TOP_K_BLOCK
+
+
 def _beam_step(decoder: Decoder, max_lengths, k, alpha, s):
     batch = s["live_seqs"].shape[0]
     i = s["i"]
     ids = jax.lax.dynamic_slice_in_dim(s["live_seqs"], i, 1, axis=2).reshape(batch * k, 1)
     logits, cache = decoder.tokens_to_logits(ids, s["cache"])
-    lp = log_probs(logits).reshape(batch, k, -1)  # [b, k, V]
-    vocab = lp.shape[-1]
-    # A sentence that has reached its maximum length may only end.
-    lp = _only_eos_at_max(lp, (i >= max_lengths)[:, None, None])
-    candidates = (s["live_logprobs"][:, :, None] + lp).reshape(batch, k * vocab)
-    top_lp, top_idx = jax.lax.top_k(candidates, 2 * k)  # [b, 2k]
-    top_beam, top_tok = top_idx // vocab, top_idx % vocab
+    # The best 2k continuations of the batch's k beams are among each beam's best 2k: adding
+    # the beam's score keeps the order within a beam. So 2k per beam, then 2k of those k * 2k.
+    at_max = jnp.repeat(i >= max_lengths, k)[:, None]  # [b*k, 1]
+    n = min(2 * k, logits.shape[-1])  # a beam wider than half the vocabulary takes it all
+    lp, tok = top_log_probs(logits, n, at_max)  # [b*k, n]
+    candidates = s["live_logprobs"][:, :, None] + lp.reshape(batch, k, n)
+    top_lp, top_idx = jax.lax.top_k(candidates.reshape(batch, k * n), 2 * k)  # [b, 2k]
+    top_beam = top_idx // n
+    top_tok = jnp.take_along_axis(tok.reshape(batch, k * n), top_idx, axis=1)
     top_seqs = jnp.take_along_axis(s["live_seqs"], top_beam[:, :, None], axis=1)
     top_seqs = jax.lax.dynamic_update_slice_in_dim(top_seqs, top_tok[:, :, None], i + 1, axis=2)
     is_eos = top_tok == EOS_ID
