@@ -99,6 +99,7 @@ def test_members_need_one_vocabulary(run):
         ensemble([a, dataclasses.replace(b, tokenizer=other)])
 
 
+@pytest.mark.slow  # 15 s of subprocesses; test_translate_with_an_ensemble runs the same path
 def test_cli_ensemble_of_checkpoints_and_workdirs(root, trained):
     def tx(*args):
         res = subprocess.run(

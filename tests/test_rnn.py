@@ -391,6 +391,7 @@ def test_cached_decoding_matches_teacher_forcing(name):
         prev = jnp.asarray(tgt[:, t : t + 1])
 
 
+@pytest.mark.slow  # 17 s on 2 cores; the reference-equality tests cover the same cells
 def test_source_padding_and_reversal():
     np.testing.assert_array_equal(
         reverse_source(jnp.array([[5, 6, 7, EOS_ID, 0], [5, EOS_ID, 0, 0, 0]])),
@@ -461,6 +462,7 @@ def test_every_parameter_has_logical_axis_names_and_shards(tiny):
     assert jax.tree_util.tree_leaves(layout.tree(boxed))
 
 
+@pytest.mark.slow  # 37 s: eight devices in five layouts; the Transformer's runs by default
 def test_meshes_give_the_same_rnn_training_as_one_device(tmp_path):
     """configs/rnn_attention.py (two LSTM layers) on 8 devices in five layouts, SGD in float64,
     against one device: the tolerances of tests/equivalence.py. Observed: losses equal,
@@ -533,7 +535,10 @@ def decode_cfg(**kw):
     return ml_collections.ConfigDict({**base, **kw})
 
 
-@pytest.mark.parametrize("reorder", ["model", "identity"])
+@pytest.mark.parametrize(
+    "reorder",
+    [pytest.param("model", marks=pytest.mark.slow), "identity"],  # 33 s and 16 s
+)
 def test_beam_search_through_translate_scores_what_the_model_says(tiny, monkeypatch, reorder):
     """Every hypothesis of a 4-wide beam scores its own teacher-forced log-probability: the
     recurrent state followed the beam. With the reordering switched off, it does not."""
@@ -563,7 +568,9 @@ def test_beam_search_through_translate_scores_what_the_model_says(tiny, monkeypa
     assert (worst <= 1.0) == (reorder == "model"), worst
 
 
-@pytest.mark.parametrize("config", ["rnn_seq2seq.py", "rnn_attention.py"])
+@pytest.mark.parametrize(
+    "config", [pytest.param("rnn_seq2seq.py", marks=pytest.mark.slow), "rnn_attention.py"]
+)
 def test_tiny_rnn_trains_and_translates_through_the_shared_commands(root, tmp_path, config):
     from tx.checkpoint import Checkpointer, average
     from tx.loop import train

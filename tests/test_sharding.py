@@ -107,6 +107,7 @@ def test_golden_sharding_snapshot_of_base(tmp_path):
     assert got == json.loads(GOLDEN.read_text())
 
 
+@pytest.mark.slow  # 16 s; test_loop's resume tests restore on the mesh that saved
 def test_checkpoint_from_8_devices_restores_on_1_and_4(tmp_path):
     saved = tmp_path / "saved.npz"
     worker("save", saved, tmp_path / "ckpt", "2,2,2")
@@ -189,6 +190,7 @@ def _record(out) -> dict:
     }
 
 
+@pytest.mark.slow  # 25 s; test_processes_interleaved_along_the_batch_axis decodes in 2 processes
 @pytest.mark.multiprocess
 def test_decoding_split_across_two_processes_matches_one(tmp_path):
     out = tmp_path / "mp.json"
