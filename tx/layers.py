@@ -402,12 +402,18 @@ class MultiHeadAttention(nn.Module):
             self.put_variable("cache", "static_key", key)
             self.put_variable("cache", "static_value", value)
             return None
-        query = constrain(jnp.einsum("blm,mhd->blhd", inputs_q, w_q), names)
         masking = mask if isinstance(mask, Masking) else Masking(mask)
         if incremental and static_kv:
+            query = constrain(jnp.einsum("blm,mhd->blhd", inputs_q, w_q), names)
             key, value = self._static_cache(project)
         else:
-            key, value = project()
+            if inputs_kv is inputs_q and self.d_k == self.d_v:  # self-attention: one product
+                w_qkv = jnp.concatenate([w_q, w_k, w_v], axis=-1)  # [m, h, 3d]
+                qkv = jnp.einsum("blm,mhd->blhd", inputs_q, w_qkv)
+                query, key, value = (constrain(x, names) for x in jnp.split(qkv, 3, axis=-1))
+            else:
+                query = constrain(jnp.einsum("blm,mhd->blhd", inputs_q, w_q), names)
+                key, value = project()
             if incremental:
                 key, value, step_mask = self._update_cache(key, value, masking.mask)
                 masking = Masking(step_mask)
