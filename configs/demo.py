@@ -25,7 +25,7 @@ def get_config():
     cfg.model.num_heads = 4
     cfg.model.d_ff = 512
     cfg.model.num_layers = 3
-    cfg.model.dtype = "float32"  # bf16 is slow on CPUs
+    cfg.model.dtype = "float32"  # its published figures are float32 (bf16: see configs/base.py)
     cfg.optim.warmup_steps = 300
     cfg.optim.learning_rate_scale = 2.0
     cfg.train.num_steps = 600

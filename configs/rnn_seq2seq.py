@@ -33,7 +33,7 @@ def get_config():
             forget_bias=1.0,  # LSTM forget-gate bias at init (the gate starts about 0.73 open)
             dropout_rate=0.1,  # embeddings, between layers, before the softmax
             share_embeddings=True,  # source embedding = target embedding = pre-softmax weights
-            dtype="float32",  # bf16 is slow on CPUs
+            dtype="float32",  # as configs/demo.py (bf16 on CPUs: see configs/base.py)
             param_dtype="float32",
         )
     )
