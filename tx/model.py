@@ -492,8 +492,10 @@ class Transformer(nn.Module):
         targets_positions=None,
         *,
         deterministic: bool = True,
+        features: bool = False,
     ) -> Array:
-        """inputs [b, s], targets [b, t] int -> logits [b, t, V] float32 (teacher forcing)."""
+        """inputs [b, s], targets [b, t] int -> logits [b, t, V] float32 (teacher forcing),
+        or with `features` the states the softmax layer takes [b, t, m]."""
         encoded = self.encode(
             inputs, inputs_segments, inputs_positions, deterministic=deterministic
         )
@@ -505,34 +507,13 @@ class Transformer(nn.Module):
             targets_segments,
             targets_positions,
             deterministic=deterministic,
+            features=features,
         )
 
-    def features(
-        self,
-        inputs,
-        targets,
-        inputs_segments=None,
-        targets_segments=None,
-        inputs_positions=None,
-        targets_positions=None,
-        *,
-        deterministic: bool = True,
-    ) -> tuple[Array, Array]:
-        """As `__call__`, stopping before the softmax layer: (states [b, t, m], the layer's
+    def features(self, *args, **kwargs) -> tuple[Array, Array]:
+        """`__call__`'s arguments -> (states [b, t, m] before the softmax layer, that layer's
         matrix [V', m]), for a loss that never holds all the logits (tx.losses)."""
-        encoded = self.encode(
-            inputs, inputs_segments, inputs_positions, deterministic=deterministic
-        )
-        states = self.decode(
-            encoded,
-            inputs,
-            targets,
-            inputs_segments,
-            targets_segments,
-            targets_positions,
-            deterministic=deterministic,
-            features=True,
-        )
+        states = self(*args, **kwargs, features=True)
         return states, self.decoder.head.matrix()
 
     def prime(self, encoded: Array) -> None:
