@@ -40,6 +40,7 @@ def test_overrides_apply_and_types_are_checked(root):
         ("decode.top_k=-1", "decode.top_k"),
         ("data.on_bad_line=ignore", "data.on_bad_line"),
         ("mesh.heartbeat_timeout_secs=0", "mesh.heartbeat_timeout_secs"),
+        ("train.loss_chunk_tokens=-2", "train.loss_chunk_tokens"),  # -1 is "per platform"
         ("optim.b1=None", "optim.b1"),  # found by the fuzzing below: a TypeError before
         ("model={}", "model"),  # and an AttributeError
         ("train.num_steps={'a': 1}", "train.num_steps"),  # a message of several lines

@@ -3,7 +3,14 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tx.losses import chunked_cross_entropy, chunks_for, cross_entropy, smoothed_targets_entropy
+from tx.losses import (
+    CPU_CHUNK_BYTES,
+    chunk_tokens,
+    chunked_cross_entropy,
+    chunks_for,
+    cross_entropy,
+    smoothed_targets_entropy,
+)
 
 
 def brute_force(logits, targets, weights, eps):
@@ -118,3 +125,12 @@ def test_chunks_cover_the_length_axis():
     assert chunks_for(64 * 256, 256, 8192) == 2
     assert chunks_for(1000 * 8, 8, 100) == 8  # never more pieces than positions
     assert chunks_for(123, 9, 0) == 1  # 0: one piece
+
+
+def test_chunk_size_per_platform():
+    assert chunk_tokens(512, 32000, "cpu") == 512  # an explicit size is kept
+    assert chunk_tokens(0, 32000, "gpu") == 0  # 0: the plain loss everywhere
+    cpu = chunk_tokens(-1, 32000, "cpu")
+    assert cpu * 32000 * 4 <= CPU_CHUNK_BYTES < (cpu + 1) * 32000 * 4
+    assert chunk_tokens(-1, 10**9, "cpu") == 1  # never an empty piece
+    assert chunk_tokens(-1, 32000, "gpu") == chunk_tokens(-1, 32000, "tpu") >= 4096

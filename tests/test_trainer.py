@@ -36,6 +36,27 @@ def test_gradient_accumulation_equals_one_big_batch(tiny):
     assert errors["params_per_step"] <= equivalence.PARAM_STEP_TOL, errors
 
 
+def test_fused_loss_in_pieces_trains_as_the_plain_loss(tiny):
+    """The train step with the fused loss in 4 pieces of the length axis (32 of 8 x 16
+    positions) and with the plain loss (0): the same loss and gradient at every step (float64,
+    SGD; the bounds of tests/equivalence.py: pieces only reorder the sums over positions).
+    Observed (seeds 0-2, 2 threads and taskset -c 0): loss 0, grad 2.4e-15, params 4.6e-14."""
+    runs = []
+    for chunk in (0, 32):
+        cfg = tiny(f"train.loss_chunk_tokens={chunk}", "model.dropout_rate=0.0", *equivalence.FP64)
+        with jax.enable_x64(True):
+            trainer = build(cfg, optimizer=equivalence.sgd_keeping_gradients())
+            assert trainer.loss_chunk_tokens == chunk
+            state = create_train_state(trainer, seed=0)
+            batches = [trainer.layout.global_batch(_batch(seed=s)) for s in range(3)]
+            step = jit_train_step(trainer)
+            runs.append(equivalence.record(step, state, batches, equivalence.flat)[1])
+    errors = equivalence.compare_steps(*runs)
+    assert errors["loss"] <= equivalence.LOSS_RTOL, errors
+    assert errors["grad"] <= equivalence.GRAD_RTOL, errors
+    assert errors["params_per_step"] <= equivalence.PARAM_STEP_TOL, errors
+
+
 def test_train_step_rejects_non_finite_update(tiny):
     trainer = build(tiny())
     state = create_train_state(trainer, seed=0)

@@ -166,9 +166,13 @@ def validate(cfg: ml_collections.ConfigDict) -> None:
         "train.checkpoint_every_secs",
         "train.checkpoint_every_steps",
         "train.eval_every_steps",
-        "train.loss_chunk_tokens",
         "optim.grad_clip_norm",
     )
+    if cfg.train.loss_chunk_tokens < -1:
+        raise ConfigError(
+            "train.loss_chunk_tokens must be -1 (per platform), 0 (plain loss) or > 0, got "
+            f"{cfg.train.loss_chunk_tokens}"
+        )
     _check_unit(cfg, "train.label_smoothing")
     for key in ("optim.b1", "optim.b2"):
         if not 0.0 <= _get(cfg, key) < 1.0:

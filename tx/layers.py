@@ -226,8 +226,12 @@ def attend(
     if dropout_rng is not None and dropout_rate > 0.0:
         keep = jax.random.bernoulli(dropout_rng, 1.0 - dropout_rate, weights.shape)
         weights = jnp.where(keep, weights / (1.0 - dropout_rate), 0.0)
-    spec = "bhqk,bhkv->bqhv" if cached else "bhqk,bkhv->bqhv"
-    return jnp.einsum(spec, weights.astype(value.dtype), value)
+    weights = weights.astype(value.dtype)
+    if cached:
+        # Product first, transpose after: XLA:CPU writing [b, q, h, v] from inside the
+        # product took 4x as long for the cross-attention of a search step (0.73 vs 0.17 ms).
+        return jnp.einsum("bhqk,bhkv->bhqv", weights, value).transpose(0, 2, 1, 3)
+    return jnp.einsum("bhqk,bkhv->bqhv", weights, value)
 
 
 def dot_product_attention(

@@ -96,12 +96,16 @@ class RNNConfig:
     def weight_dtype(self):
         return _DTYPES[self.param_dtype]
 
+    @property
+    def vocab_rows(self) -> int:
+        """Rows of the embedding matrices: vocab_size rounded up to vocab_multiple."""
+        return -(-self.vocab_size // self.vocab_multiple) * self.vocab_multiple
+
     def tensor_split_sizes(self) -> dict[str, int]:
         """The sizes the mesh's tensor axis splits (hidden units and vocabulary)."""
-        rows = -(-self.vocab_size // self.vocab_multiple) * self.vocab_multiple
         return {
             "model.d_model": self.d_model,
-            "model.vocab_size (rounded up to model.vocab_multiple)": rows,
+            "model.vocab_size (rounded up to model.vocab_multiple)": self.vocab_rows,
         }
 
 

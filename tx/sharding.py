@@ -78,6 +78,11 @@ class Layout:
     mesh: Mesh
     rules: tuple
 
+    @property
+    def platform(self) -> str:
+        """ "cpu", "gpu" or "tpu": what the mesh's devices are."""
+        return self.mesh.devices.flat[0].platform
+
     def named(self, *logical: str | None) -> NamedSharding:
         """The sharding of an array whose dimensions carry these logical names."""
         return NamedSharding(self.mesh, nn.logical_to_mesh_axes(logical, self.rules))

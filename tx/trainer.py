@@ -26,7 +26,7 @@ from flax import linen as nn
 from tx import sharding
 from tx.config import model_config
 from tx.families import build_model
-from tx.losses import chunked_cross_entropy, chunks_for, cross_entropy
+from tx.losses import chunk_tokens, chunked_cross_entropy, chunks_for, cross_entropy
 from tx.optim import make_optimizer
 from tx.tokens import PAD_ID
 
@@ -60,7 +60,7 @@ class Trainer:
     abstract_state: Any  # TrainState of ShapeDtypeStructs with their shardings
     label_smoothing: float
     micro_batches: int
-    loss_chunk_tokens: int  # 0: the plain loss; > 0: the fused one (tx.losses)
+    loss_chunk_tokens: int  # 0: the plain loss; > 0: the fused one (tx.losses), resolved
 
     @property
     def mesh(self):
@@ -110,7 +110,7 @@ def build(
         layout.placed(abstract),
         cfg.train.label_smoothing,
         cfg.train.micro_batches,
-        cfg.train.loss_chunk_tokens,
+        chunk_tokens(cfg.train.loss_chunk_tokens, mc.vocab_rows, layout.platform),
     )
 
 
