@@ -146,6 +146,7 @@ def main():
             "spread": {
                 n: round((max(v) - min(v)) / statistics.median(v), 3) for n, v in times.items()
             },
+            "times_s": {n: [round(x, 3) for x in v] for n, v in times.items()},  # in order
             "tokens_per_s": {n: round(unit / v, 1) for n, v in med.items()},
             "tx_over_flax": round(med["flax"] / med["tx"], 3),
         }
