@@ -62,9 +62,10 @@ def cross_entropy(logits: Array, targets: Array, weights: Array, label_smoothing
 
 # `train.loss_chunk_tokens = -1` (the default): a piece's float32 logits fill about this much
 # memory on a CPU, where the passes over a piece then stay in the last-level cache (32 MiB
-# here: at V = 32,000 that is 256 tokens, and the base train step took 5.3-5.5 s against
-# 5.8-6.1 s with the whole 2,048 tokens in one piece; 128 to 512 tokens were equal, 64 slower).
-# An accelerator keeps big pieces: fewer, larger products.
+# here: at V = 32,000 that is 262 tokens). The base train step (2,048 tokens, four trainers
+# timed interleaved in one process) took 5.4-5.5 s with pieces of 256 against 5.8-6.1 s with
+# one piece; pieces of 128 to 512 were equal, 64 slower. An accelerator keeps big pieces:
+# fewer, larger products.
 CPU_CHUNK_BYTES = 32 * 2**20
 ACCELERATOR_CHUNK_TOKENS = 8192
 
