@@ -290,6 +290,29 @@ def test_attention_impl_resolution():
         resolve("flash", jnp.float32, 64, 64, "cpu")
 
 
+def test_dropout_word_j_decides_elements_2j_and_2j_plus_1():
+    """The mapping tx.layers.Dropout documents: element 2j is dropped when the low 16 bits of
+    random word j fall below the threshold, element 2j + 1 by its high 16 bits."""
+    x = jnp.ones((3, 5, 64), jnp.float32)
+    key = jax.random.key(7)
+    out = tx.layers.Dropout(0.25).apply({}, x, deterministic=False, rngs={"dropout": key})
+    # The key Dropout draws its bits from: flax folds the module path into the "dropout" key.
+    bits_of = {}
+
+    def record(rng, shape, dtype):
+        bits_of["words"] = real_bits(rng, shape, dtype)
+        return bits_of["words"]
+
+    real_bits = jax.random.bits
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(jax.random, "bits", record)
+        again = tx.layers.Dropout(0.25).apply({}, x, deterministic=False, rngs={"dropout": key})
+    words = np.asarray(bits_of["words"])
+    expected = np.stack([words & 0xFFFF, words >> 16], axis=-1).reshape(x.shape) >= 16384
+    np.testing.assert_array_equal(np.asarray(again) != 0, expected)
+    np.testing.assert_array_equal(np.asarray(out), np.asarray(again))
+
+
 def test_dropout_keeps_the_expectation_and_the_rate():
     """16 random bits per element: the rate is round(0.1 * 2^16) / 2^16 = 0.1000061; over 2^20
     elements the dropped fraction is within 5 standard deviations (5 x 2.9e-4) of it, and the

@@ -69,7 +69,10 @@ class Dropout(nn.Module):
             keep = jax.random.bernoulli(rng, 1.0 - threshold / 65536, x.shape)
         else:
             words = jax.random.bits(rng, (*lead, width // 2), jnp.uint32)
-            halves = jnp.stack([words & 0xFFFF, words >> 16], axis=-1).reshape(x.shape)
+            # [..., width/2, 2]: the low and the high half of each word, as a reinterpretation
+            # (XLA's bitcast is little-endian); splitting with & and >> was 10-20% slower
+            # for 8 dropout sites of the base model forward and backward.
+            halves = jax.lax.bitcast_convert_type(words, jnp.uint16).reshape(x.shape)
             keep = halves >= threshold
         scale = jnp.asarray(65536 / (65536 - threshold), x.dtype)
         return jnp.where(keep, x * scale, jnp.zeros((), x.dtype))
