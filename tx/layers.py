@@ -99,6 +99,11 @@ def sinusoidal_encoding(positions: Array, d_model: int) -> Array:
     return pe.reshape(*positions.shape, d_model)
 
 
+def padded_rows(vocab_size: int, multiple: int) -> int:
+    """vocab_size rounded up to a multiple of `multiple`: the rows of an `Embed`."""
+    return -(-vocab_size // multiple) * multiple
+
+
 class Embed(nn.Module):
     """Token embedding [V', m]; `attend` reuses the same matrix as the pre-softmax layer.
 
@@ -114,9 +119,22 @@ class Embed(nn.Module):
     param_dtype: Dtype = jnp.float32
     vocab_multiple: int = 1
 
+    @classmethod
+    def of(cls, config, name: str) -> Embed:
+        """The embedding a model config describes (its vocab_size, d_model, vocab_multiple,
+        compute_dtype and weight_dtype: ModelConfig and RNNConfig have them all)."""
+        return cls(
+            config.vocab_size,
+            config.d_model,
+            config.compute_dtype,
+            config.weight_dtype,
+            config.vocab_multiple,
+            name=name,
+        )
+
     @property
     def rows(self) -> int:
-        return -(-self.vocab_size // self.vocab_multiple) * self.vocab_multiple
+        return padded_rows(self.vocab_size, self.vocab_multiple)
 
     def setup(self):
         normal = nn.initializers.normal(stddev=self.d_model**-0.5)

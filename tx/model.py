@@ -29,6 +29,7 @@ from tx.layers import (
     attention_impl,
     constrain,
     is_sentence_constant,
+    padded_rows,
 )
 from tx.tokens import BOS_ID, PAD_ID
 
@@ -108,7 +109,7 @@ class ModelConfig:
     @property
     def vocab_rows(self) -> int:
         """Rows of the embedding matrices: vocab_size rounded up to vocab_multiple."""
-        return -(-self.vocab_size // self.vocab_multiple) * self.vocab_multiple
+        return padded_rows(self.vocab_size, self.vocab_multiple)
 
     def tensor_split_sizes(self) -> dict[str, int]:
         """The sizes the mesh's tensor axis splits (heads, feed-forward, vocabulary)."""
@@ -390,21 +391,12 @@ class Transformer(nn.Module):
     def setup(self):
         c = self.config
 
-        def embed(name):
-            return Embed(
-                c.vocab_size,
-                c.d_model,
-                c.compute_dtype,
-                c.weight_dtype,
-                c.vocab_multiple,
-                name=name,
-            )
-
         if c.share_embeddings:
-            self.shared_embedding = embed("shared_embedding")
+            self.shared_embedding = Embed.of(c, "shared_embedding")
             src, tgt, out = self.shared_embedding, self.shared_embedding, None
         else:
-            src, tgt, out = embed("source_embedding"), embed("target_embedding"), embed("softmax")
+            names = ("source_embedding", "target_embedding", "softmax")
+            src, tgt, out = (Embed.of(c, name) for name in names)
         self.encoder = Encoder(c, src, name="encoder")
         self.decoder = Decoder(c, tgt, out, name="decoder")
 

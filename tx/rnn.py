@@ -31,7 +31,7 @@ import jax.numpy as jnp
 from flax import linen as nn
 
 from tx.cells import CELLS, Cell, CellWeights, cell_step, project, run_layer
-from tx.layers import Embed, constrain
+from tx.layers import Embed, constrain, padded_rows
 from tx.model import _DTYPES, reorder_cache, shift_right
 from tx.tokens import PAD_ID
 
@@ -99,7 +99,7 @@ class RNNConfig:
     @property
     def vocab_rows(self) -> int:
         """Rows of the embedding matrices: vocab_size rounded up to vocab_multiple."""
-        return -(-self.vocab_size // self.vocab_multiple) * self.vocab_multiple
+        return padded_rows(self.vocab_size, self.vocab_multiple)
 
     def tensor_split_sizes(self) -> dict[str, int]:
         """The sizes the mesh's tensor axis splits (hidden units and vocabulary)."""
@@ -380,21 +380,12 @@ class RNNSeq2Seq(nn.Module):
     def setup(self):
         c = self.config
 
-        def embed(name):
-            return Embed(
-                c.vocab_size,
-                c.d_model,
-                c.compute_dtype,
-                c.weight_dtype,
-                c.vocab_multiple,
-                name=name,
-            )
-
         if c.share_embeddings:
-            self.shared_embedding = embed("shared_embedding")
+            self.shared_embedding = Embed.of(c, "shared_embedding")
             src, tgt, out = self.shared_embedding, self.shared_embedding, None
         else:
-            src, tgt, out = embed("source_embedding"), embed("target_embedding"), embed("softmax")
+            names = ("source_embedding", "target_embedding", "softmax")
+            src, tgt, out = (Embed.of(c, name) for name in names)
         self.encoder = RNNEncoder(c, src, name="encoder")
         self.decoder = RNNDecoder(c, tgt, out, name="decoder")
 
