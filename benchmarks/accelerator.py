@@ -31,10 +31,10 @@ from common import RESULTS, environment  # noqa: E402
 
 from tx.config import load_config  # noqa: E402
 from tx.counting import train_flops_per_step  # noqa: E402
-from tx.families import incremental_decoder  # noqa: E402
+from tx.families import decoder  # noqa: E402
 from tx.layers import attention_impl  # noqa: E402
 from tx.monitor import peak_tflops  # noqa: E402
-from tx.search import Decoder, beam_search  # noqa: E402
+from tx.search import beam_search  # noqa: E402
 from tx.tokens import EOS_ID  # noqa: E402
 from tx.trainer import build, create_train_state, jit_train_step  # noqa: E402
 
@@ -134,14 +134,18 @@ def decode_case(config: str, dry_run: bool, steps: int) -> dict:
 
     @jax.jit
     def search(params, inputs):
-        t2l, cache, reorder = incremental_decoder(trainer.model, params, inputs, 4, n_steps)
+        own = decoder(trainer.model, params, inputs, 4, n_steps)
 
         def forced(ids, c):
-            logits, c = t2l(ids, c)
+            logits, c = own.tokens_to_logits(ids, c)
             return logits.at[:, EOS_ID].add(-1e4), c
 
         return beam_search(
-            Decoder(forced, cache, reorder), max_lengths, beam_size=4, alpha=0.6, max_steps=n_steps
+            own._replace(tokens_to_logits=forced),
+            max_lengths,
+            beam_size=4,
+            alpha=0.6,
+            max_steps=n_steps,
         )
 
     first, seconds = median_time(lambda: jax.block_until_ready(search(params, inputs)), steps)

@@ -28,8 +28,9 @@ from tx import ct2  # noqa: E402
 from tx.config import load_config  # noqa: E402
 from tx.data.dataset import split_text  # noqa: E402
 from tx.export import export  # noqa: E402
+from tx.families import decoder as tx_decoder  # noqa: E402
 from tx.metrics import sacrebleu_scores  # noqa: E402
-from tx.model import Transformer, incremental_decoder  # noqa: E402
+from tx.model import Transformer  # noqa: E402
 from tx.search import Decoder, beam_search  # noqa: E402
 from tx.tokens import UNK_ID  # noqa: E402
 from tx.translate import load_model, translate_pairs  # noqa: E402
@@ -38,7 +39,7 @@ from tx.translate import load_model, translate_pairs  # noqa: E402
 @functools.partial(jax.jit, static_argnames=("model", "beam", "steps", "cached"))
 def _search(model, params, inputs, max_lengths, *, beam, steps, cached):
     if cached:
-        decoder = Decoder(*incremental_decoder(model, params, inputs, beam, steps))
+        decoder = tx_decoder(model, params, inputs, beam, steps)
     else:
         decoder = Decoder(*_uncached_decoder(model, params, inputs, beam, steps))
     return beam_search(decoder, max_lengths, beam_size=beam, alpha=0.6, max_steps=steps)

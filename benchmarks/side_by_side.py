@@ -34,8 +34,8 @@ from common import save  # noqa: E402
 
 from tx.config import load_config  # noqa: E402
 from tx.counting import train_flops_per_step  # noqa: E402
-from tx.families import build_model, incremental_decoder  # noqa: E402
-from tx.search import Decoder, beam_search  # noqa: E402
+from tx.families import build_model, decoder  # noqa: E402
+from tx.search import beam_search  # noqa: E402
 from tx.tokens import EOS_ID  # noqa: E402
 from tx.trainer import build, create_train_state, jit_train_step  # noqa: E402
 
@@ -75,14 +75,18 @@ def tx_side(bench, vocab: int, overrides=()):
 
     @jax.jit
     def predict(params, inputs):
-        t2l0, cache, reorder = incremental_decoder(model, params, inputs, 4, steps)
+        own = decoder(model, params, inputs, 4, steps)  # what tx's translate uses
 
         def t2l(ids, c):  # the same EOS bias as the Flax side: every hypothesis runs 31 steps
-            logits, c = t2l0(ids, c)
+            logits, c = own.tokens_to_logits(ids, c)
             return logits.at[:, EOS_ID].add(-1e4), c
 
         return beam_search(
-            Decoder(t2l, cache, reorder), max_lengths, beam_size=4, alpha=0.6, max_steps=steps
+            own._replace(tokens_to_logits=t2l),
+            max_lengths,
+            beam_size=4,
+            alpha=0.6,
+            max_steps=steps,
         )
 
     def decode_batch():

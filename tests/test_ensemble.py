@@ -14,8 +14,8 @@ import pytest
 from tx import workdir as wd
 from tx.config import load_config
 from tx.ensemble import ensemble_decoder
-from tx.model import incremental_decoder
-from tx.search import Decoder, beam_search, log_probs
+from tx.families import decoder as family_decoder
+from tx.search import beam_search, log_probs
 from tx.translate import ensemble, load_model, translate, translate_nbest
 
 LINES = ["The dog sees a cat.", "", "I know that the man buys two hundred red cars."]
@@ -36,7 +36,7 @@ def _inputs(loaded, lines):
 
 
 def _decoder(loaded, inputs, steps):
-    return Decoder(*incremental_decoder(loaded.model, loaded.params, inputs, 4, steps))
+    return family_decoder(loaded.model, loaded.params, inputs, 4, steps)
 
 
 def _beam(decoder, max_lengths, steps):

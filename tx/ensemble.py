@@ -35,4 +35,5 @@ def ensemble_decoder(members: Sequence[Decoder]) -> Decoder:
     def reorder_cache(caches: tuple, rows: jax.Array) -> tuple:
         return tuple(m.reorder_cache(c, rows) for m, c in zip(members, caches, strict=True))
 
-    return Decoder(tokens_to_logits, tuple(m.cache for m in members), reorder_cache)
+    independent = all(m.rows_independent for m in members)  # each member on the same rows
+    return Decoder(tokens_to_logits, tuple(m.cache for m in members), reorder_cache, independent)

@@ -2,7 +2,7 @@
 
     mc = model_config(cfg.model)   # ModelConfig ("transformer", the default) or RNNConfig ("rnn")
     model = build_model(mc)        # Transformer or RNNSeq2Seq: the same teacher-forced __call__
-    tokens_to_logits, cache, reorder_cache = incremental_decoder(model, params, inputs, w, n)
+    decoder(model, params, inputs, w, n)  # a tx.search.Decoder for w rows per sentence
 
 Every place that needs a model (trainer, checkpoints, translate, evaluate, counting) builds it
 here, so data, training, checkpoints, search and scoring are shared by all families. A config
@@ -19,19 +19,23 @@ from flax import linen as nn
 
 from tx import model as transformer
 from tx import rnn
+from tx.search import Decoder
 
 
 class Family(NamedTuple):
     config: type  # frozen dataclass with from_dict(section)
     module: type  # flax module taking that config
-    incremental_decoder: Callable  # (model, params, inputs, width, max_len) -> tx.search.Decoder
+    # (model, params, inputs, width, max_len) -> (tokens_to_logits, cache, reorder_cache)
+    incremental_decoder: Callable
+    # Decoder.rows_independent: the RNN's step closes over its encoder memory repeated per row
+    rows_independent: bool
 
 
 FAMILIES = {
     "transformer": Family(
-        transformer.ModelConfig, transformer.Transformer, transformer.incremental_decoder
+        transformer.ModelConfig, transformer.Transformer, transformer.incremental_decoder, True
     ),
-    "rnn": Family(rnn.RNNConfig, rnn.RNNSeq2Seq, rnn.incremental_decoder),
+    "rnn": Family(rnn.RNNConfig, rnn.RNNSeq2Seq, rnn.incremental_decoder, False),
 }
 DEFAULT = "transformer"
 
@@ -57,3 +61,12 @@ def build_model(config) -> nn.Module:
 def incremental_decoder(model: nn.Module, params, inputs, width: int, max_len: int):
     """(tokens_to_logits, cache, reorder_cache) for tx.search.Decoder; see the families'."""
     return family(model.config).incremental_decoder(model, params, inputs, width, max_len)
+
+
+def decoder(model: nn.Module, params, inputs, width: int, max_len: int) -> Decoder:
+    """The tx.search.Decoder of `incremental_decoder`, with its family's `rows_independent`."""
+    fam = family(model.config)
+    return Decoder(
+        *fam.incremental_decoder(model, params, inputs, width, max_len),
+        rows_independent=fam.rows_independent,
+    )

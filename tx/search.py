@@ -43,11 +43,18 @@ def gather_rows(cache: Any, rows: jax.Array) -> Any:
 
 
 class Decoder(NamedTuple):
-    """What a search needs from a model (see the module docstring for the shapes)."""
+    """What a search needs from a model (see the module docstring for the shapes).
+
+    `rows_independent`: tokens_to_logits computes each row from that row's token and cache
+    rows alone (nothing per row is closed over), so it may run on the rows that
+    reorder_cache(cache, rows) selects; and the rows of a sentence start out with equal
+    caches. Beam search then makes its first step on one row per sentence.
+    """
 
     tokens_to_logits: Callable[[jax.Array, Any], tuple[jax.Array, Any]]
     cache: Any
     reorder_cache: Callable[[Any, jax.Array], Any] = gather_rows
+    rows_independent: bool = False
 
 
 def length_penalty(length, alpha: float):
@@ -109,6 +116,8 @@ def beam_search(
         return (s["i"] < T) & jnp.any(can_improve & live)
 
     step = functools.partial(_beam_step, decoder, max_lengths, k, alpha)
+    if decoder.rows_independent and k > 1 and T > 0:  # not_done holds at step 0
+        init = _beam_step(_one_row_per_sentence(decoder, batch, k), max_lengths, k, alpha, init)
     final = jax.lax.while_loop(not_done, step, init)
     return final["fin_seqs"][:, :, 1:], final["fin_scores"]
 
@@ -154,6 +163,24 @@ def top_k(x: jax.Array, n: int) -> tuple[jax.Array, jax.Array]:
     values, at = jax.lax.top_k(candidates, n)
     block = jnp.take_along_axis(chosen, at // TOP_K_BLOCK, axis=1)
     return values, block * TOP_K_BLOCK + at % TOP_K_BLOCK
+
+
+def _one_row_per_sentence(decoder: Decoder, batch: int, k: int) -> Decoder:
+    """The decoder of beam search's first step, run on one row per sentence: at step 0 the k
+    rows of a sentence hold the same token (BOS) and the same cache, so they have the same
+    logits. Those are computed once and repeated, and the step's reorder, whose parents can
+    only be copies of that row, gives each of the k rows its sentence's new cache. A beam
+    step on the base model is a k-th as much work (about 2% of a 31-step search, k = 4)."""
+    first = jnp.arange(batch) * k  # each sentence's first row
+
+    def tokens_to_logits(ids, cache):
+        logits, cache = decoder.tokens_to_logits(ids[first], decoder.reorder_cache(cache, first))
+        return jnp.repeat(logits, k, axis=0), cache  # [b*k, V]; the cache has b rows
+
+    def reorder_cache(cache, rows):
+        return decoder.reorder_cache(cache, rows // k)  # row s*k + beam -> sentence s
+
+    return decoder._replace(tokens_to_logits=tokens_to_logits, reorder_cache=reorder_cache)
 
 
 def _beam_step(decoder: Decoder, max_lengths, k, alpha, s):

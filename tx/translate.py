@@ -28,8 +28,8 @@ from tx.config import ConfigError, load_config, model_config
 from tx.data.pipeline import eval_batches
 from tx.data.tokenizer import Tokenizer
 from tx.ensemble import ensemble_decoder
-from tx.families import build_model, incremental_decoder
-from tx.search import Decoder, Strategy
+from tx.families import build_model, decoder
+from tx.search import Strategy
 from tx.tokens import EOS_ID, PAD_ID
 
 
@@ -165,11 +165,11 @@ def _search_batch(
 
     One model, or an ensemble of several (`models` and `params` are tuples, one per member)."""
     decoders = [
-        Decoder(*incremental_decoder(m, p, inputs, strategy.width, max_steps))
+        decoder(m, p, inputs, strategy.width, max_steps)
         for m, p in zip(models, params, strict=True)
     ]
-    decoder = decoders[0] if len(decoders) == 1 else ensemble_decoder(decoders)
-    return strategy(decoder, max_lengths, max_steps, rng)
+    one = decoders[0] if len(decoders) == 1 else ensemble_decoder(decoders)
+    return strategy(one, max_lengths, max_steps, rng)
 
 
 def translate_ids(
