@@ -169,8 +169,8 @@ def _one_row_per_sentence(decoder: Decoder, batch: int, k: int) -> Decoder:
     """The decoder of beam search's first step, run on one row per sentence: at step 0 the k
     rows of a sentence hold the same token (BOS) and the same cache, so they have the same
     logits. Those are computed once and repeated, and the step's reorder, whose parents can
-    only be copies of that row, gives each of the k rows its sentence's new cache. A beam
-    step on the base model is a k-th as much work (about 2% of a 31-step search, k = 4)."""
+    only be copies of that row, gives each of the k rows its sentence's new cache. The base
+    model's 31-step beam-4 search took 1% less time on a CPU (2.670 s against 2.696 s)."""
     first = jnp.arange(batch) * k  # each sentence's first row
 
     def tokens_to_logits(ids, cache):
