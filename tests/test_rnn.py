@@ -30,7 +30,7 @@ from flax import linen as nn
 from tx import cells, sharding
 from tx.config import ConfigError, load_config, model_config
 from tx.counting import analytic_param_count, param_counts
-from tx.families import build_model, incremental_decoder
+from tx.families import build_model, decoder
 from tx.rnn import RNNConfig, RNNSeq2Seq, reverse_source
 from tx.search import length_penalty
 from tx.tokens import BOS_ID, EOS_ID, PAD_ID
@@ -381,7 +381,9 @@ def test_cached_decoding_matches_teacher_forcing(name):
     src, tgt = sources(), random_tokens(9, (2, 5))
     full = np.asarray(model.apply({"params": params}, jnp.asarray(src), jnp.asarray(tgt)))
     bound = 2 * reference_of(name)[1]  # each evaluation within the bound
-    tokens_to_logits, cache, _ = incremental_decoder(model, params, jnp.asarray(src), 1, 5)
+    own = decoder(model, params, jnp.asarray(src), 1, 5)
+    assert not own.rows_independent  # its step closes over the memory repeated per row
+    tokens_to_logits, cache = own.tokens_to_logits, own.cache
     assert set(cache) == ({"hidden", "cell"} if c.cell == "lstm" else {"hidden"})
     prev = jnp.full((2, 1), BOS_ID, jnp.int32)
     for t in range(tgt.shape[1]):

@@ -58,13 +58,9 @@ def build_model(config) -> nn.Module:
     return family(config).module(config)
 
 
-def incremental_decoder(model: nn.Module, params, inputs, width: int, max_len: int):
-    """(tokens_to_logits, cache, reorder_cache) for tx.search.Decoder; see the families'."""
-    return family(model.config).incremental_decoder(model, params, inputs, width, max_len)
-
-
 def decoder(model: nn.Module, params, inputs, width: int, max_len: int) -> Decoder:
-    """The tx.search.Decoder of `incremental_decoder`, with its family's `rows_independent`."""
+    """The tx.search.Decoder of the family's incremental_decoder (see the families'), with its
+    `rows_independent`."""
     fam = family(model.config)
     return Decoder(
         *fam.incremental_decoder(model, params, inputs, width, max_len),
