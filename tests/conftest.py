@@ -7,10 +7,26 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import pathlib
+import shutil
+import tempfile
 
 import pytest
 
-from tx.config import load_config
+# Many tests compile the same programs (the tiny config's train step, its search), in this
+# process, in the other xdist worker and in the subprocesses tests start. JAX's persistent
+# compilation cache (keyed on the program, the XLA flags and the devices) lets them compile
+# once per run: the suite took 10 min 11 s with it against 12 min 17 s without (user time
+# 17:48 against 21:59, 2 workers). A fresh directory per run, made by the xdist controller
+# (or the lone process) before jax is imported, inherited by workers and subprocesses, and
+# removed at the end; a reader that meets an entry another process is still writing gets
+# a warning and compiles (jax._src.compiler._cache_read).
+_OWN_CACHE = None
+if "PYTEST_XDIST_WORKER" not in os.environ and "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+    _OWN_CACHE = tempfile.mkdtemp(prefix="tx-tests-jax-cache-")
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = _OWN_CACHE
+    os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.5")
+
+from tx.config import load_config  # noqa: E402 (after the cache directory is set)
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -55,3 +71,8 @@ def vocab(tmp_path_factory, tiny):
     workdir = str(tmp_path_factory.mktemp("vocab"))
     dataset.vocabulary(tiny().data, workdir)
     return os.path.join(workdir, "spm.model")
+
+
+def pytest_unconfigure(config):
+    if _OWN_CACHE is not None:
+        shutil.rmtree(_OWN_CACHE, ignore_errors=True)
