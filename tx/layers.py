@@ -467,7 +467,7 @@ class MultiHeadAttention(nn.Module):
             (self.num_heads, self.d_v, self.d_model),
             self.param_dtype,
         )
-        out = jnp.einsum("bqhv,hvm->bqm", out, jnp.asarray(out_kernel, self.dtype))
+        out = merge_heads(out, jnp.asarray(out_kernel, self.dtype))
         return constrain(out, ("batch", "length", "embed"))
 
     def _static_cache(self, project):
@@ -508,6 +508,35 @@ class MultiHeadAttention(nn.Module):
             cached_value.value,
             jnp.broadcast_to(step_mask, (batch, 1, 1, max_len)),
         )
+
+
+@jax.custom_vjp
+def merge_heads(x: Array, kernel: Array) -> Array:
+    """The output projection W^O: x [b, q, h, v] (the heads' outputs) x kernel [h, v, m]
+    -> [b, q, m].
+
+    Only its gradient is written out, to choose the operand order of the kernel's gradient
+    sum_bq x g. A CPU's matrix product wants one of the two transposed; autodiff puts g
+    first, and XLA then fuses the whole backward of the dropout and LayerNorm after this
+    layer into the transposed copy of g, recomputed there at strided reads (5-11 ms for
+    2048 x 512 on this CPU; it also computes g in place for dx). With x first it copies x,
+    the attention's product output, as it is. The base train step on a CPU: the transposing
+    copies took 341 against 466 ms, and the step was 3.0% and 2.7% faster in two interleaved
+    A/B runs. The feed-forward's second layer keeps autodiff's order: its x, relu(x W_1 +
+    b_1), has 4 times the elements of g, and copying it recomputed the relu at 16 ms."""
+    return jnp.einsum("bqhv,hvm->bqm", x, kernel)
+
+
+def _merge_heads_forward(x, kernel):
+    return merge_heads(x, kernel), (x, kernel)
+
+
+def _merge_heads_backward(saved, g):
+    x, kernel = saved
+    return jnp.einsum("bqm,hvm->bqhv", g, kernel), jnp.einsum("bqhv,bqm->hvm", x, g)
+
+
+merge_heads.defvjp(_merge_heads_forward, _merge_heads_backward)
 
 
 class FeedForward(nn.Module):
