@@ -279,7 +279,8 @@ def dot_product_attention(
 
 # How attention is computed (model.attention_impl):
 #   explicit  the weights formed here (attention_weights, attend): dropout on the weights,
-#             drawn maps (tx.attention), d_k != d_v, float64 tests
+#             drawn maps (tx.attention), d_k != d_v, float64 tests; plain autodiff throughout,
+#             so forward mode (jax.jvp: tx.road.table1's path lengths) works too
 #   xla       jax.nn.dot_product_attention's XLA path (any platform)
 #   cudnn     jax.nn.dot_product_attention's cuDNN flash attention (GPU, bf16/fp16)
 #   auto      cudnn where it applies, else xla; explicit wherever only it can do the job
@@ -467,7 +468,11 @@ class MultiHeadAttention(nn.Module):
             (self.num_heads, self.d_v, self.d_model),
             self.param_dtype,
         )
-        out = merge_heads(out, jnp.asarray(out_kernel, self.dtype))
+        kernel = jnp.asarray(out_kernel, self.dtype)
+        if self.implementation == "explicit":  # plain autodiff, forward mode too (jax.jvp)
+            out = jnp.einsum("bqhv,hvm->bqm", out, kernel)
+        else:
+            out = merge_heads(out, kernel)
         return constrain(out, ("batch", "length", "embed"))
 
     def _static_cache(self, project):
@@ -523,7 +528,8 @@ def merge_heads(x: Array, kernel: Array) -> Array:
     the attention's product output, as it is. The base train step on a CPU: the transposing
     copies took 341 against 466 ms, and the step was 3.0% and 2.7% faster in two interleaved
     A/B runs. The feed-forward's second layer keeps autodiff's order: its x, relu(x W_1 +
-    b_1), has 4 times the elements of g, and copying it recomputed the relu at 16 ms."""
+    b_1), has 4 times the elements of g, and copying it recomputed the relu at 16 ms.
+    A custom_vjp has no forward mode: the "explicit" implementation keeps the plain einsum."""
     return jnp.einsum("bqhv,hvm->bqm", x, kernel)
 
 
