@@ -279,8 +279,7 @@ def dot_product_attention(
 
 # How attention is computed (model.attention_impl):
 #   explicit  the weights formed here (attention_weights, attend): dropout on the weights,
-#             drawn maps (tx.attention), d_k != d_v, float64 tests; plain autodiff throughout,
-#             so forward mode (jax.jvp: tx.road.table1's path lengths) works too
+#             drawn maps (tx.attention), d_k != d_v, float64 tests
 #   xla       jax.nn.dot_product_attention's XLA path (any platform)
 #   cudnn     jax.nn.dot_product_attention's cuDNN flash attention (GPU, bf16/fp16)
 #   auto      cudnn where it applies, else xla; explicit wherever only it can do the job
@@ -380,6 +379,9 @@ class MultiHeadAttention(nn.Module):
     dtype: Dtype = jnp.float32
     param_dtype: Dtype = jnp.float32
     implementation: str = "explicit"  # resolved by `attention_impl` (never "auto" here)
+    # The output projection's gradient through `merge_heads` (a custom_vjp, faster on a CPU);
+    # True: plain autodiff, which forward mode (jax.jvp: tx.road.table1's path lengths) needs.
+    plain_autodiff: bool = False
 
     def _kernel(self, name: str, width: int) -> Array:
         """Projection W [m, h, width] (W^Q, W^K or W^V of all heads at once)."""
@@ -469,7 +471,7 @@ class MultiHeadAttention(nn.Module):
             self.param_dtype,
         )
         kernel = jnp.asarray(out_kernel, self.dtype)
-        if self.implementation == "explicit":  # plain autodiff, forward mode too (jax.jvp)
+        if self.plain_autodiff:
             out = jnp.einsum("bqhv,hvm->bqm", out, kernel)
         else:
             out = merge_heads(out, kernel)
@@ -526,10 +528,10 @@ def merge_heads(x: Array, kernel: Array) -> Array:
     layer into the transposed copy of g, recomputed there at strided reads (5-11 ms for
     2048 x 512 on this CPU; it also computes g in place for dx). With x first it copies x,
     the attention's product output, as it is. The base train step on a CPU: the transposing
-    copies took 341 against 466 ms, and the step was 3.0% and 2.7% faster in two interleaved
-    A/B runs. The feed-forward's second layer keeps autodiff's order: its x, relu(x W_1 +
+    copies took 341 against 466 ms, and the step was 3.0%, 2.7% and 2.7% faster in three
+    interleaved A/B runs. The feed-forward's second layer keeps autodiff's order: its x, relu(x W_1 +
     b_1), has 4 times the elements of g, and copying it recomputed the relu at 16 ms.
-    A custom_vjp has no forward mode: the "explicit" implementation keeps the plain einsum."""
+    A custom_vjp has no forward mode: MultiHeadAttention(plain_autodiff=True) keeps the einsum."""
     return jnp.einsum("bqhv,hvm->bqm", x, kernel)
 
 

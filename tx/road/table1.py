@@ -49,7 +49,7 @@ PATH_LENGTHS = (16, 64, 256, 1024)
 
 def attention_layer(d: int):
     d_k = max(d // HEADS, 1)
-    mha = MultiHeadAttention(d // d_k, d_k, d_k, d)
+    mha = MultiHeadAttention(d // d_k, d_k, d_k, d, plain_autodiff=True)  # path_length: jax.jvp
 
     def init(key, n):
         x = jnp.zeros((1, n, d))
