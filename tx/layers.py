@@ -529,9 +529,10 @@ def merge_heads(x: Array, kernel: Array) -> Array:
     2048 x 512 on this CPU; it also computes g in place for dx). With x first it copies x,
     the attention's product output, as it is. The base train step on a CPU: the transposing
     copies took 341 against 466 ms, and the step was 3.0%, 2.7% and 2.7% faster in three
-    interleaved A/B runs. The feed-forward's second layer keeps autodiff's order: its x, relu(x W_1 +
-    b_1), has 4 times the elements of g, and copying it recomputed the relu at 16 ms.
-    A custom_vjp has no forward mode: MultiHeadAttention(plain_autodiff=True) keeps the einsum."""
+    interleaved A/B runs. The feed-forward's second layer keeps autodiff's order: its x,
+    relu(x W_1 + b_1), has 4 times the elements of g, and copying it recomputed the relu at
+    16 ms. A custom_vjp has no forward mode: MultiHeadAttention(plain_autodiff=True) keeps
+    the einsum."""
     return jnp.einsum("bqhv,hvm->bqm", x, kernel)
 
 
