@@ -470,11 +470,8 @@ class MultiHeadAttention(nn.Module):
             (self.num_heads, self.d_v, self.d_model),
             self.param_dtype,
         )
-        kernel = jnp.asarray(out_kernel, self.dtype)
-        if self.plain_autodiff:
-            out = jnp.einsum("bqhv,hvm->bqm", out, kernel)
-        else:
-            out = merge_heads(out, kernel)
+        project_out = merge_heads.fun if self.plain_autodiff else merge_heads  # fun: no custom_vjp
+        out = project_out(out, jnp.asarray(out_kernel, self.dtype))
         return constrain(out, ("batch", "length", "embed"))
 
     def _static_cache(self, project):
