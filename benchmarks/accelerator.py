@@ -27,15 +27,12 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from common import RESULTS, environment  # noqa: E402
+from common import RESULTS, environment, full_length_beam_search  # noqa: E402
 
 from tx.config import load_config  # noqa: E402
 from tx.counting import train_flops_per_step  # noqa: E402
-from tx.families import decoder  # noqa: E402
 from tx.layers import attention_impl  # noqa: E402
 from tx.monitor import peak_tflops  # noqa: E402
-from tx.search import beam_search  # noqa: E402
-from tx.tokens import EOS_ID  # noqa: E402
 from tx.trainer import build, create_train_state, jit_train_step  # noqa: E402
 
 LENGTH = 64  # positions per row, both sides
@@ -130,24 +127,9 @@ def decode_case(config: str, dry_run: bool, steps: int) -> dict:
     inputs = jnp.asarray(
         rng.integers(4, cfg.model.vocab_size, (sentences, DECODE["source"])), jnp.int32
     )
-    max_lengths = jnp.full((sentences,), n_steps - 1, jnp.int32)
-
-    @jax.jit
-    def search(params, inputs):
-        own = decoder(trainer.model, params, inputs, 4, n_steps)
-
-        def forced(ids, c):
-            logits, c = own.tokens_to_logits(ids, c)
-            return logits.at[:, EOS_ID].add(-1e4), c
-
-        return beam_search(
-            own._replace(tokens_to_logits=forced),
-            max_lengths,
-            beam_size=4,
-            alpha=0.6,
-            max_steps=n_steps,
-        )
-
+    search = jax.jit(
+        lambda params, inputs: full_length_beam_search(trainer.model, params, inputs, n_steps)
+    )
     first, seconds = median_time(lambda: jax.block_until_ready(search(params, inputs)), steps)
     return {
         "config": config,

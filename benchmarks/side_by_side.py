@@ -30,13 +30,11 @@ SHARED = os.path.join(ROOT, "..", "shared", "bench")
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from common import save  # noqa: E402
+from common import full_length_beam_search, save  # noqa: E402
 
 from tx.config import load_config  # noqa: E402
 from tx.counting import train_flops_per_step  # noqa: E402
-from tx.families import build_model, decoder  # noqa: E402
-from tx.search import beam_search  # noqa: E402
-from tx.tokens import EOS_ID  # noqa: E402
+from tx.families import build_model  # noqa: E402
 from tx.trainer import build, create_train_state, jit_train_step  # noqa: E402
 
 
@@ -71,23 +69,10 @@ def tx_side(bench, vocab: int, overrides=()):
     model = build_model(trainer.model.config)
     dec_inputs = jnp.asarray(rng.integers(4, vocab, (bench.DEC_B, bench.DEC_S)).astype(np.int32))
     steps = bench.DEC_STEPS
-    max_lengths = jnp.full((bench.DEC_B,), steps - 1, jnp.int32)  # 30 tokens + EOS = 31 steps
 
     @jax.jit
-    def predict(params, inputs):
-        own = decoder(model, params, inputs, 4, steps)  # what tx's translate uses
-
-        def t2l(ids, c):  # the same EOS bias as the Flax side: every hypothesis runs 31 steps
-            logits, c = own.tokens_to_logits(ids, c)
-            return logits.at[:, EOS_ID].add(-1e4), c
-
-        return beam_search(
-            own._replace(tokens_to_logits=t2l),
-            max_lengths,
-            beam_size=4,
-            alpha=0.6,
-            max_steps=steps,
-        )
+    def predict(params, inputs):  # the Flax side's EOS bias too: every hypothesis 31 steps
+        return full_length_beam_search(model, params, inputs, steps)
 
     def decode_batch():
         jax.block_until_ready(predict(holder["state"].params, dec_inputs))
