@@ -35,5 +35,15 @@ def ensemble_decoder(members: Sequence[Decoder]) -> Decoder:
     def reorder_cache(caches: tuple, rows: jax.Array) -> tuple:
         return tuple(m.reorder_cache(c, rows) for m, c in zip(members, caches, strict=True))
 
+    def resize_cache(caches: tuple, length: int) -> tuple:
+        return tuple(m.resize_cache(c, length) for m, c in zip(members, caches, strict=True))
+
     independent = all(m.rows_independent for m in members)  # each member on the same rows
-    return Decoder(tokens_to_logits, tuple(m.cache for m in members), reorder_cache, independent)
+    resizable = all(m.resize_cache is not None for m in members)  # else one window
+    return Decoder(
+        tokens_to_logits,
+        tuple(m.cache for m in members),
+        reorder_cache,
+        independent,
+        resize_cache if resizable else None,
+    )

@@ -29,13 +29,19 @@ class Family(NamedTuple):
     incremental_decoder: Callable
     # Decoder.rows_independent: the RNN's step closes over its encoder memory repeated per row
     rows_independent: bool
+    # Decoder.resize_cache: a cache with a position axis can be grown window by window
+    resize_cache: Callable | None
 
 
 FAMILIES = {
     "transformer": Family(
-        transformer.ModelConfig, transformer.Transformer, transformer.incremental_decoder, True
+        transformer.ModelConfig,
+        transformer.Transformer,
+        transformer.incremental_decoder,
+        True,
+        transformer.resize_cache,
     ),
-    "rnn": Family(rnn.RNNConfig, rnn.RNNSeq2Seq, rnn.incremental_decoder, False),
+    "rnn": Family(rnn.RNNConfig, rnn.RNNSeq2Seq, rnn.incremental_decoder, False, None),
 }
 DEFAULT = "transformer"
 
@@ -60,9 +66,10 @@ def build_model(config) -> nn.Module:
 
 def decoder(model: nn.Module, params, inputs, width: int, max_len: int) -> Decoder:
     """The tx.search.Decoder of the family's incremental_decoder (see the families'), with its
-    `rows_independent`."""
+    `rows_independent` and `resize_cache`."""
     fam = family(model.config)
     return Decoder(
         *fam.incremental_decoder(model, params, inputs, width, max_len),
         rows_independent=fam.rows_independent,
+        resize_cache=fam.resize_cache,
     )

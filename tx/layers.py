@@ -202,6 +202,10 @@ def cache_layout(key: Array, value: Array) -> tuple[Array, Array]:
     return key.transpose(0, 2, 3, 1), value.transpose(0, 2, 1, 3)
 
 
+# The position axis of each self-attention cache entry in `cache_layout` (tx.model.resize_cache).
+CACHE_POSITION_AXIS = {"cached_key": 3, "cached_value": 2}
+
+
 def attention_logits(query: Array, key: Array, cached: bool = False) -> Array:
     """Q K^T / sqrt(d_k), accumulated in and returned as float32 (not rounded to `dtype`).
 

@@ -19,6 +19,7 @@ import jax.numpy as jnp
 from flax import linen as nn
 
 from tx.layers import (
+    CACHE_POSITION_AXIS,
     Dropout,
     Embed,
     FeedForward,
@@ -590,3 +591,23 @@ def reorder_cache(cache, rows: Array):
         return x[rows]
 
     return jax.tree_util.tree_map_with_path(gather, cache)
+
+
+def resize_cache(cache, length: int):
+    """The cache with room for `length` output positions: the self-attention keys and values
+    cut to their first `length` positions or padded with zeros after them; the rest as it is.
+    Positions at or after the cache index are never attended to (the step's mask), so the
+    search may grow the cache window by window (tx.search.windows) as long as `length` is at
+    least the number of positions written."""
+
+    def resize(path, x):
+        axis = CACHE_POSITION_AXIS.get(path[-1].key)
+        if axis is None or x.shape[axis] == length:
+            return x
+        if x.shape[axis] > length:
+            return jax.lax.slice_in_dim(x, 0, length, axis=axis)
+        widths = [(0, 0)] * x.ndim
+        widths[axis] = (0, length - x.shape[axis])
+        return jnp.pad(x, widths)
+
+    return jax.tree_util.tree_map_with_path(resize, cache)
