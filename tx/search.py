@@ -65,7 +65,7 @@ class Decoder(NamedTuple):
     resize_cache: Callable[[Any, int], Any] | None = None
 
 
-WINDOW_FRACTIONS = (1 / 4, 1 / 2, 1)  # of max_steps: a search runs in at most 3 windows
+EARLIER_WINDOWS = (1 / 2, 1 / 4)  # where the windows before the last end, in max_steps
 
 
 def windows(max_steps: int) -> list[int]:
@@ -80,8 +80,8 @@ def windows(max_steps: int) -> list[int]:
     its input's + 50, mostly unreached). Each window adds a compile of the step: three
     bound it."""
     ends = [max_steps]
-    for f in sorted(WINDOW_FRACTIONS, reverse=True):
-        end = -(-math.ceil(max_steps * f) // 8) * 8
+    for fraction in EARLIER_WINDOWS:
+        end = 8 * math.ceil(max_steps * fraction / 8)
         if end <= ends[0] - 8:
             ends.insert(0, end)
     return ends
