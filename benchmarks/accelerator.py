@@ -6,7 +6,7 @@ On the device: base and big in bf16 at the paper's batch (about 25,000 source + 
 tokens per step, rows of 64 positions), each with the fused attention (model.attention_impl
 "auto": cuDNN on a GPU) and with the explicit one; per case the step time (median of
 `--steps` after the compiling step), tokens/s, model TFLOP/s and MFU (model FLOPs over the
-device's peak, tx.monitor), peak device memory; then beam-4 decoding of 128 sentences x 32
+device's peak, tx.train.monitor), peak device memory; then beam-4 decoding of 128 sentences x 32
 source tokens for 31 forced steps (tokens/s). `--dry-run` runs the same code on configs/tiny.py
 with CI-sized batches on whatever JAX finds (the CPU here), so the script is known to work
 before a device is lent. Synthetic token ids; the first call of each case is not timed.
@@ -30,10 +30,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import RESULTS, environment, full_length_beam_search  # noqa: E402
 
 from tx.config import load_config  # noqa: E402
-from tx.counting import train_flops_per_step  # noqa: E402
-from tx.layers import attention_impl  # noqa: E402
-from tx.monitor import peak_tflops  # noqa: E402
-from tx.trainer import build, create_train_state, jit_train_step  # noqa: E402
+from tx.model.counting import train_flops_per_step  # noqa: E402
+from tx.model.layers import attention_impl  # noqa: E402
+from tx.train.monitor import peak_tflops  # noqa: E402
+from tx.train.trainer import build, create_train_state, jit_train_step  # noqa: E402
 
 LENGTH = 64  # positions per row, both sides
 DECODE = dict(sentences=128, source=32, steps=31)

@@ -9,7 +9,7 @@ years as words, prepositions, time words): a German word is linked right when th
 it is aligned to is one the lexicon gives for it. Articles (der/die/das/ein/mein..., "the", "a",
 "my") are left out: a sentence often has two "the" and the lexicon cannot say which is meant.
 Two readings of a decoder row are scored: row t (the position that produces target piece t, as
-tx.alignment uses) and row t + 1 (the position that reads piece t as its input).
+tx.infer.alignment uses) and row t + 1 (the position that reads piece t as its input).
 """
 
 import argparse
@@ -23,17 +23,17 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from common import save  # noqa: E402
 
 from tx import workdir as wd  # noqa: E402
-from tx.alignment import (  # noqa: E402
+from tx.config import load_config  # noqa: E402
+from tx.data import demo_corpus as dc  # noqa: E402
+from tx.data.dataset import split_text  # noqa: E402
+from tx.infer.alignment import (  # noqa: E402
     align_pair,
     batch_pieces,
     padded_batches,
     pharaoh,
 )
-from tx.attention import attention_weights  # noqa: E402
-from tx.config import load_config  # noqa: E402
-from tx.data import demo_corpus as dc  # noqa: E402
-from tx.data.dataset import split_text  # noqa: E402
-from tx.translate import load_model, translate_ids  # noqa: E402
+from tx.infer.attention_maps import attention_weights  # noqa: E402
+from tx.infer.translate import load_model, translate_ids  # noqa: E402
 
 EXAMPLE = ("Today, she needs the boat.", "Heute braucht sie das Boot.")
 

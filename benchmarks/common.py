@@ -33,14 +33,14 @@ def save(name: str, result: dict) -> str:
 
 
 def full_length_beam_search(model, params, inputs, steps: int):
-    """Beam 4, alpha 0.6 through tx's own Decoder (tx.families.decoder, as translate uses it),
+    """Beam 4, alpha 0.6 through tx's own Decoder (tx.infer.decoders.decoder, as translate uses it),
     with EOS pushed down by 1e4 so that every hypothesis runs all `steps` steps (30 tokens +
     EOS for 31): decoding speed at a fixed length, as the Flax side of side_by_side is biased
     too. Call it inside jax.jit."""
     import jax.numpy as jnp
 
-    from tx.families import decoder
-    from tx.search import beam_search
+    from tx.infer.decoders import decoder
+    from tx.infer.search import beam_search
     from tx.tokens import EOS_ID
 
     own = decoder(model, params, inputs, 4, steps)

@@ -1,6 +1,6 @@
 """Decoding speed: beam search (beam 4, alpha 0.6) over the demo test set, sentences/s and
 output tokens/s, and the speed-up of the key/value cache over recomputing the whole prefix;
-then the same test set through CTranslate2 exports (float32 and int8, tx.export), side by side
+then the same test set through CTranslate2 exports (float32 and int8, tx.infer.export), side by side
 with tx's own search: tokens/s, BLEU and the share of translations identical to tx's.
 
     python benchmarks/decode.py --workdir runs/demo     (a trained demo workdir)
@@ -27,13 +27,13 @@ from common import save  # noqa: E402
 from tx import ct2  # noqa: E402
 from tx.config import load_config  # noqa: E402
 from tx.data.dataset import split_text  # noqa: E402
-from tx.export import export  # noqa: E402
-from tx.families import decoder as tx_decoder  # noqa: E402
-from tx.metrics import sacrebleu_scores  # noqa: E402
-from tx.model import Transformer  # noqa: E402
-from tx.search import Decoder, beam_search  # noqa: E402
+from tx.eval.metrics import sacrebleu_scores  # noqa: E402
+from tx.infer.decoders import decoder as tx_decoder  # noqa: E402
+from tx.infer.export import export  # noqa: E402
+from tx.infer.search import Decoder, beam_search  # noqa: E402
+from tx.infer.translate import load_model, translate_pairs  # noqa: E402
+from tx.model.transformer import Transformer  # noqa: E402
 from tx.tokens import UNK_ID  # noqa: E402
-from tx.translate import load_model, translate_pairs  # noqa: E402
 
 
 @functools.partial(jax.jit, static_argnames=("model", "beam", "steps", "cached"))

@@ -25,9 +25,9 @@ from common import save  # noqa: E402
 from tx import ct2  # noqa: E402
 from tx.config import load_config  # noqa: E402
 from tx.data.dataset import split_text  # noqa: E402
-from tx.export import export  # noqa: E402
-from tx.server import engine_app, running  # noqa: E402
-from tx.translate import load_model  # noqa: E402
+from tx.infer.export import export  # noqa: E402
+from tx.infer.server import engine_app, running  # noqa: E402
+from tx.infer.translate import load_model  # noqa: E402
 
 
 async def _load(url: str, sentences: list[str], clients: int, requests: int, per: int):

@@ -33,9 +33,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import full_length_beam_search, save  # noqa: E402
 
 from tx.config import load_config  # noqa: E402
-from tx.counting import train_flops_per_step  # noqa: E402
-from tx.families import build_model  # noqa: E402
-from tx.trainer import build, create_train_state, jit_train_step  # noqa: E402
+from tx.model.counting import train_flops_per_step  # noqa: E402
+from tx.model.families import build_model  # noqa: E402
+from tx.train.trainer import build, create_train_state, jit_train_step  # noqa: E402
 
 
 def shared_script():

@@ -17,9 +17,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from common import save  # noqa: E402
 
 from tx.config import load_config  # noqa: E402
-from tx.counting import train_flops_per_step  # noqa: E402
-from tx.monitor import peak_tflops  # noqa: E402
-from tx.trainer import build, create_train_state, jit_train_step  # noqa: E402
+from tx.model.counting import train_flops_per_step  # noqa: E402
+from tx.train.monitor import peak_tflops  # noqa: E402
+from tx.train.trainer import build, create_train_state, jit_train_step  # noqa: E402
 
 
 def main():

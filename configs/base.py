@@ -95,9 +95,10 @@ def get_config():
         micro_batches=1,  # gradient accumulation: each step = this many micro-batches
         # The loss forms the softmax logits piece by piece along the length axis, at most this
         # many (row, position) pairs per device at once, with the gradient in the same pass
-        # (tx.losses.chunked_cross_entropy): float32 [tokens, V] logits never exist whole.
+        # (tx.train.losses.chunked_cross_entropy): float32 [tokens, V] logits never exist whole.
         # 0 = the plain loss over the whole logits (the reference the fused one is tested on);
-        # -1 = per platform (tx.losses.chunk_tokens): 8192 on accelerators, on a CPU as many as
+        # -1 = per platform (tx.train.losses.chunk_tokens): 8192 on accelerators, on a CPU as
+        # many as
         # keep a piece's logits within 32 MiB (262 at V = 32,000: 6-11% faster there).
         loss_chunk_tokens=-1,
         # The paper averages the last 5 checkpoints "written at 10-minute intervals": at its
@@ -114,7 +115,7 @@ def get_config():
     )
 
     cfg.decode = dict(
-        strategy="beam",  # "beam" (the paper) | "greedy" | "sample" (tx.search)
+        strategy="beam",  # "beam" (the paper) | "greedy" | "sample" (tx.infer.search)
         beam_size=4,
         alpha=0.6,  # GNMT length penalty ((5 + len) / 6)^alpha
         max_extra_len=50,  # output length <= input length + this

@@ -23,7 +23,7 @@ def get_config():
     cfg = read_config(os.path.join(os.path.dirname(__file__), "demo.py"))
     cfg.model = ml_collections.ConfigDict(
         dict(
-            family="rnn",  # tx.families: "transformer" (absent = this) | "rnn"
+            family="rnn",  # tx.model.families: "transformer" (absent = this) | "rnn"
             vocab_size=cfg.data.get_ref("vocab_size"),  # = data.vocab_size: one shared vocabulary
             d_model=256,  # embedding width = hidden units of every layer
             num_layers=1,  # stacked recurrent layers in the encoder and in the decoder

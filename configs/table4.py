@@ -9,8 +9,8 @@ Data:      the Penn Treebank is licensed, so the trees come from you: data.sourc
            sections 02-21 (TRAIN = ptb/wsj/0[2-9]/*.mrg,ptb/wsj/1?/*.mrg,ptb/wsj/2[01]/*.mrg),
            dev = section 22, test = section 23. Source = the words; target = the tree
            linearized as Vinyals et al. (2015): `(S (NP XX XX )NP (VP XX )VP XX )S`
-           (tx/parsing.py); F1 is EVALB's with COLLINS.prm, computed in Python
-           (tx.evalb.bracket_f1), over the parse read back with the gold POS tags.
+           (tx/data/trees.py); F1 is EVALB's with COLLINS.prm, computed in Python
+           (tx.eval.evalb.bracket_f1), over the parse read back with the gold POS tags.
            semi: the same with the ~17M-sentence semi-supervised corpus (BerkeleyParser output
            on the high-confidence corpus, as the paper) as training trees.
 Model:     the paper: a 4-layer Transformer with d_model = 1024; "all other parameters remained

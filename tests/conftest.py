@@ -55,7 +55,7 @@ def tiny():
 def trained(tmp_path_factory, tiny):
     """A tiny workdir trained for 20 steps, a checkpoint every 5 (shared: tests that change
     it only add averaged checkpoints, hypotheses files or plots/)."""
-    from tx.loop import train
+    from tx.train.loop import train
 
     path = str(tmp_path_factory.mktemp("trained"))
     train(tiny("train.num_steps=20", "train.checkpoint_every_steps=5"), path)

@@ -16,9 +16,9 @@ import equivalence  # noqa: E402  (tests/equivalence.py, beside this file)
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
 
-from tx.checkpoint import Checkpointer  # noqa: E402
 from tx.config import load_config  # noqa: E402
-from tx.trainer import (  # noqa: E402
+from tx.train.checkpoint import Checkpointer  # noqa: E402
+from tx.train.trainer import (  # noqa: E402
     abstract_train_state,
     build,
     create_train_state,
@@ -218,7 +218,7 @@ def _decode(out, trainer, state):
     runner-up's score."""
     import ml_collections
 
-    from tx.translate import LoadedModel, translate_ids
+    from tx.infer.translate import LoadedModel, translate_ids
 
     loaded = LoadedModel(trainer.model, state.params, None, "init", trainer.layout)
     rng = np.random.default_rng(1)
@@ -239,7 +239,7 @@ def interleaved(out, kind, mapping, what, port, pid):
     `mapping` "layout" feeds rows as the library does (Layout.process_rows); "contiguous"
     replaces that with the old assumption (process p owns rows [p * n/2, (p + 1) * n/2)), which
     the tests expect to fail. `what`: "sgd" (a training record) or "translate" (decoding)."""
-    from tx import sharding
+    from tx.train import sharding
 
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
     jax.distributed.initialize(f"localhost:{port}", 2, int(pid))

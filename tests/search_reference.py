@@ -1,4 +1,4 @@
-"""The beam search as it was before the exact top-k shortcut (tx.search, November 2026): a
+"""The beam search as it was before the exact top-k shortcut (tx.infer.search, November 2026): a
 full-vocabulary log-softmax and one top_k over every beam's k x V candidates. Kept as the
 oracle that the faster search must equal (tests/test_search.py)."""
 
@@ -7,7 +7,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from tx.search import NEG, Decoder, _only_eos_at_max, length_penalty, log_probs
+from tx.infer.search import NEG, Decoder, _only_eos_at_max, length_penalty, log_probs
 from tx.tokens import BOS_ID, EOS_ID, PAD_ID
 
 

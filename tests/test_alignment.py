@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from tx import workdir as wd
-from tx.alignment import (
+from tx.config import load_config
+from tx.infer.alignment import (
     align,
     align_pair,
     hard_alignment,
@@ -16,10 +17,9 @@ from tx.alignment import (
     word_attention,
     word_ids,
 )
-from tx.attention import attention_weights, pieces
-from tx.config import load_config
+from tx.infer.attention_maps import attention_weights, pieces
+from tx.infer.translate import load_model, translate_pairs
 from tx.tokens import EOS_ID
-from tx.translate import load_model, translate_pairs
 
 # "Today, she needs the boat." -> "Heute braucht sie das Boot." as a BPE might cut them.
 SOURCE = ["▁Today", ",", "▁she", "▁ne", "eds", "▁the", "▁bo", "at", ".", "</s>"]

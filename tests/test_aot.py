@@ -3,10 +3,10 @@
 import jax
 import pytest
 
-from tx.aot import compile_report, topology_devices
 from tx.config import model_config
-from tx.counting import param_counts
 from tx.data.dataset import batch_spec
+from tx.model.counting import param_counts
+from tx.train.aot import compile_report, topology_devices
 
 
 def test_compile_report_of_the_tiny_config(tiny):

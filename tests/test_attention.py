@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 
 from tx import workdir as wd
-from tx.attention import attention_weights, sentence_maps
 from tx.config import load_config
-from tx.model import Transformer, init_cache
+from tx.infer.attention_maps import attention_weights, sentence_maps
+from tx.infer.translate import load_model, translate_pairs
+from tx.model.transformer import Transformer, init_cache
 from tx.tokens import BOS_ID, EOS_ID
-from tx.translate import load_model, translate_pairs
 
 
 @pytest.fixture(scope="module")

@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 from orbax.checkpoint._src.futures import future as ocp_future
 
-from tx import checkpoint
 from tx import workdir as wd
-from tx.checkpoint import Checkpointer, average_last, averaging_steps
-from tx.trainer import TrainState
-from tx.translate import StaleAverage, _check_fresh
+from tx.infer.translate import StaleAverage, _check_fresh
+from tx.train import checkpoint
+from tx.train.checkpoint import Checkpointer, average_last, averaging_steps
+from tx.train.trainer import TrainState
 
 
 def test_averaging_steps_are_the_step_spaced_ones_and_the_last():

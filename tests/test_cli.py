@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from tx.config import load_config
-from tx.translate import load_model
+from tx.infer.translate import load_model
 
 
 @pytest.fixture(scope="module")
@@ -125,7 +125,7 @@ def test_translate_with_a_missing_checkpoint_fails_clearly(root, workdir):
 
 
 def test_dev_bleu_hook_scores_current_parameters(workdir):
-    from tx.evaluate import dev_bleu_hook, evaluate_split
+    from tx.eval.evaluate import dev_bleu_hook, evaluate_split
 
     cfg = load_config(os.path.join(workdir, "config.json"))
     loaded = load_model(cfg, workdir)

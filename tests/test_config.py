@@ -6,7 +6,7 @@ import sys
 import pytest
 
 from tx.config import ConfigError, load_config, model_config, split_config_args
-from tx.counting import analytic_param_count, param_counts
+from tx.model.counting import analytic_param_count, param_counts
 
 
 def base(root):
@@ -53,7 +53,7 @@ def test_invalid_configs_name_the_key(root, override, key):
 
 def test_config_knows_every_search_strategy():
     from tx.config import SEARCH_STRATEGIES
-    from tx.search import STRATEGIES
+    from tx.infer.search import STRATEGIES
 
     assert SEARCH_STRATEGIES == STRATEGIES
 

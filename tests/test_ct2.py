@@ -1,4 +1,4 @@
-"""The CTranslate2 engine (tx.ct2): an exported float32 model translates as tx does, with tx's
+"""The CTranslate2 engine (tx.infer.ct2): an exported float32 model translates as tx does, with tx's
 input/output contract, search settings and n-best scores."""
 
 import json
@@ -6,12 +6,12 @@ import json
 import pytest
 from test_cli import run_tx as _tx  # one way to run the command line
 
-from tx import ct2
 from tx import workdir as wd
 from tx.config import apply_override, load_config
 from tx.data.dataset import split_text
-from tx.export import export
-from tx.translate import load_model, translate, translate_nbest
+from tx.infer import ct2
+from tx.infer.export import export
+from tx.infer.translate import load_model, translate, translate_nbest
 
 pytest.importorskip("ctranslate2")
 

@@ -1,4 +1,4 @@
-"""Ensembles (tx.ensemble): the mean of the members' log-probabilities at every step of the
+"""Ensembles (tx.infer.decoders): the mean of the members' log-probabilities at every step of the
 same search. An ensemble of one model is that model; of two copies, still that model."""
 
 import dataclasses
@@ -13,10 +13,10 @@ import pytest
 
 from tx import workdir as wd
 from tx.config import load_config
-from tx.ensemble import ensemble_decoder
-from tx.families import decoder as family_decoder
-from tx.search import beam_search, log_probs
-from tx.translate import ensemble, load_model, translate, translate_nbest
+from tx.infer.decoders import decoder as family_decoder
+from tx.infer.decoders import ensemble_decoder
+from tx.infer.search import beam_search, log_probs
+from tx.infer.translate import ensemble, load_model, translate, translate_nbest
 
 LINES = ["The dog sees a cat.", "", "I know that the man buys two hundred red cars."]
 

@@ -1,9 +1,9 @@
-"""tx.evaluate's parsing path: parses scored against gold trees with EVALB's rules."""
+"""tx.eval.evaluate's parsing path: parses scored against gold trees with EVALB's rules."""
 
 import treebank
 
-from tx import parsing
-from tx.evaluate import parse_scores
+from tx.data import trees as parsing
+from tx.eval.evaluate import parse_scores
 
 
 def test_perfect_parses_score_100_and_broken_ones_are_repaired(tmp_path):

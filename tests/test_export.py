@@ -1,4 +1,4 @@
-"""CTranslate2 export (tx.export): the exported model computes tx's log-probabilities, configs
+"""CTranslate2 export (tx.infer.export): the exported model computes tx's log-probabilities, configs
 CTranslate2 cannot express are refused, and a failed export leaves nothing behind."""
 
 import dataclasses
@@ -12,15 +12,15 @@ import pytest
 
 from tx import workdir as wd
 from tx.config import load_config, model_config
-from tx.export import (
+from tx.infer.export import (
     NEVER_LOGIT,
     ExportError,
     check_exportable,
     export,
     transformer_spec,
 )
-from tx.model import Transformer
-from tx.search import log_probs
+from tx.infer.search import log_probs
+from tx.model.transformer import Transformer
 from tx.tokens import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 ctranslate2 = pytest.importorskip("ctranslate2")
@@ -107,7 +107,7 @@ def test_export_writes_a_whole_model(trained, tmp_path):
 
 
 def test_pad_and_bos_are_never_generated(tiny, tmp_path):
-    """The projection bias makes their probability 0, as tx.search.log_probs does."""
+    """The projection bias makes their probability 0, as tx.infer.search.log_probs does."""
     mc, _, params, src, _ = _random_model(tiny)
     spec = transformer_spec(mc, jax.tree_util.tree_map(np.asarray, params), PIECES)
     bias = spec.decoder.projection.bias.numpy()
@@ -162,7 +162,7 @@ def test_refusals_leave_the_destination_alone(trained, tmp_path):
 def test_export_is_atomic(trained, tmp_path, monkeypatch):
     """A failure after CTranslate2 wrote its files leaves no model and no temporary directory;
     a later export replaces an earlier one whole."""
-    import tx.export
+    import tx.infer.export
 
     cfg = load_config(wd.config_file(trained))
     out = tmp_path / "model"
@@ -170,7 +170,7 @@ def test_export_is_atomic(trained, tmp_path, monkeypatch):
     def broken_copy(*args):
         raise OSError("disk full")
 
-    monkeypatch.setattr(tx.export.shutil, "copyfile", broken_copy)
+    monkeypatch.setattr(tx.infer.export.shutil, "copyfile", broken_copy)
     with pytest.raises(OSError, match="disk full"):
         export(cfg, trained, str(out))
     assert os.listdir(tmp_path) == []

@@ -5,8 +5,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import tx.layers
-from tx.layers import (
+import tx.model.layers
+from tx.model.layers import (
     Embed,
     FeedForward,
     LayerNorm,
@@ -128,7 +128,7 @@ def test_attention_takes_its_logits_from_attention_logits(valid_keys, monkeypatc
     v = jnp.asarray(rng.normal(size=(1, 4, 2, 3)), jnp.float32)  # [b, k, h, v]
     mask = jnp.arange(4)[None, None, None, :] < valid_keys  # [1, 1, 1, k]
     monkeypatch.setattr(
-        tx.layers, "attention_logits", lambda q, k, cached=False: jnp.zeros((1, 2, 3, 4))
+        tx.model.layers, "attention_logits", lambda q, k, cached=False: jnp.zeros((1, 2, 3, 4))
     )
     got = dot_product_attention(q, k, v, mask)
     expected = np.asarray(v)[:, :valid_keys].mean(1, keepdims=True)  # [b, 1, h, v]
@@ -273,8 +273,9 @@ def test_fused_attention_equals_the_explicit_one(dtype, tol):
     segments = jnp.array([[1, 1, 1, 2, 2, 2, 2, 0, 0]] * 3)
     packed = (segments[:, :7, None] == segments[:, None, :]) & (segments[:, None, :] > 0)
     for mask in (padding, causal & padding, packed[:, None]):
-        want = tx.layers.dot_product_attention(query, key, value, mask)
-        got = tx.layers.fused_attention(query, key, value, tx.layers.Masking(mask), "xla")
+        want = tx.model.layers.dot_product_attention(query, key, value, mask)
+        masking = tx.model.layers.Masking(mask)
+        got = tx.model.layers.fused_attention(query, key, value, masking, "xla")
         real = np.asarray(mask.any(-1)).transpose(0, 2, 1)[..., None]  # queries with a key
         diff = np.abs(np.asarray(got, np.float32) - np.asarray(want, np.float32)) * real
         assert diff.max() <= tol, diff.max()
@@ -291,9 +292,9 @@ def test_lengths_say_what_the_mask_says():
         mask = (real[:, None, :] & real[:, :, None])[:, None]
         if causal:
             mask = mask & jnp.tril(jnp.ones((9, 9), bool))
-        want = tx.layers.dot_product_attention(query, key, value, mask)
-        masking = tx.layers.Masking(None, (lengths, lengths), causal)
-        got = tx.layers.fused_attention(query, key, value, masking, "xla")
+        want = tx.model.layers.dot_product_attention(query, key, value, mask)
+        masking = tx.model.layers.Masking(None, (lengths, lengths), causal)
+        got = tx.model.layers.fused_attention(query, key, value, masking, "xla")
         np.testing.assert_allclose(
             np.asarray(got) * np.asarray(real)[:, :, None, None],
             np.asarray(want) * np.asarray(real)[:, :, None, None],
@@ -302,7 +303,7 @@ def test_lengths_say_what_the_mask_says():
 
 
 def test_attention_impl_resolution():
-    resolve = tx.layers.attention_impl
+    resolve = tx.model.layers.attention_impl
     assert resolve("auto", jnp.bfloat16, 64, 64, "gpu") == "cudnn"
     assert resolve("auto", jnp.float32, 64, 64, "gpu") == "xla"  # cuDNN's kernel is bf16/fp16
     assert resolve("auto", jnp.bfloat16, 64, 64, "tpu") == "xla"
@@ -313,11 +314,11 @@ def test_attention_impl_resolution():
 
 
 def test_dropout_word_j_decides_elements_2j_and_2j_plus_1():
-    """The mapping tx.layers.Dropout documents: element 2j is dropped when the low 16 bits of
+    """The mapping tx.model.layers.Dropout documents: element 2j is dropped when the low 16 bits of
     random word j fall below the threshold, element 2j + 1 by its high 16 bits."""
     x = jnp.ones((3, 5, 64), jnp.float32)
     key = jax.random.key(7)
-    out = tx.layers.Dropout(0.25).apply({}, x, deterministic=False, rngs={"dropout": key})
+    out = tx.model.layers.Dropout(0.25).apply({}, x, deterministic=False, rngs={"dropout": key})
     # The key Dropout draws its bits from: flax folds the module path into the "dropout" key.
     bits_of = {}
 
@@ -328,7 +329,9 @@ def test_dropout_word_j_decides_elements_2j_and_2j_plus_1():
     real_bits = jax.random.bits
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(jax.random, "bits", record)
-        again = tx.layers.Dropout(0.25).apply({}, x, deterministic=False, rngs={"dropout": key})
+        again = tx.model.layers.Dropout(0.25).apply(
+            {}, x, deterministic=False, rngs={"dropout": key}
+        )
     words = np.asarray(bits_of["words"])
     expected = np.stack([words & 0xFFFF, words >> 16], axis=-1).reshape(x.shape) >= 16384
     np.testing.assert_array_equal(np.asarray(again) != 0, expected)
@@ -340,7 +343,7 @@ def test_dropout_keeps_the_expectation_and_the_rate():
     elements the dropped fraction is within 5 standard deviations (5 x 2.9e-4) of it, and the
     kept values are scaled so that the mean of the output is the input's (x = 1 here)."""
     x = jnp.ones((256, 4096), jnp.float32)
-    out = tx.layers.Dropout(0.1).apply(
+    out = tx.model.layers.Dropout(0.1).apply(
         {}, x, deterministic=False, rngs={"dropout": jax.random.key(0)}
     )
     dropped = float(jnp.mean(out == 0))
@@ -350,5 +353,5 @@ def test_dropout_keeps_the_expectation_and_the_rate():
     # The mean of 2^20 values that are 0 or 1 / (1 - rate): standard deviation
     # sqrt(rate / (1 - rate) / n) = 3.2e-4.
     assert float(jnp.mean(out)) == pytest.approx(1.0, abs=5 * np.sqrt(rate / (1 - rate) / x.size))
-    same = tx.layers.Dropout(0.1).apply({}, x, deterministic=True)
+    same = tx.model.layers.Dropout(0.1).apply({}, x, deterministic=True)
     assert same is x or bool((same == x).all())

@@ -14,10 +14,10 @@ import pytest
 from conftest import Tiny
 from test_checkpoint import _files, damage
 
-from tx.checkpoint import Checkpointer, UnreadableCheckpoint
 from tx.config import ConfigError
-from tx.loop import Diverged, train
-from tx.trainer import abstract_train_state, build
+from tx.train.checkpoint import Checkpointer, UnreadableCheckpoint
+from tx.train.loop import Diverged, train
+from tx.train.trainer import abstract_train_state, build
 from tx.workdir import WriteFailed
 
 
@@ -47,7 +47,7 @@ def test_workdir_with_other_model_is_refused(vocab, tmp_path, tiny):
 
 
 def test_nan_guard_stops_and_keeps_last_good_checkpoint(vocab, tmp_path, monkeypatch, tiny):
-    import tx.trainer as trainer_lib
+    import tx.train.trainer as trainer_lib
 
     real = trainer_lib.jit_train_step
 

@@ -3,7 +3,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tx.losses import (
+from tx.train.losses import (
     CPU_CHUNK_BYTES,
     chunk_tokens,
     chunked_cross_entropy,

@@ -6,7 +6,7 @@ from collections import Counter
 
 import pytest
 
-from tx.metrics import (
+from tx.eval.metrics import (
     bleu_by_length,
     score_all,
     split_compounds,

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from flax import linen as nn
 
-from tx.model import ModelConfig, Transformer, incremental_decoder, shift_right
+from tx.model.transformer import ModelConfig, Transformer, incremental_decoder, shift_right
 from tx.tokens import BOS_ID, EOS_ID
 
 SMALL = dict(vocab_size=40, d_model=16, num_heads=2, d_ff=32, num_layers=2, dropout_rate=0.0)
@@ -89,7 +89,7 @@ def test_target_padding_does_not_change_real_positions():
 @pytest.mark.parametrize("positional", ["none", "sinusoidal"])
 def test_encoder_permutation_equivariance_depends_on_positions(positional, monkeypatch):
     if positional == "none":
-        import tx.model as txm
+        import tx.model.transformer as txm
 
         monkeypatch.setattr(txm.PositionEmbedding, "__call__", lambda self, x, positions: x)
     model, params = make()
@@ -242,7 +242,7 @@ def test_dropout_is_active_only_in_training():
 @pytest.mark.parametrize("packed", [False, True])
 def test_attention_implementations_compute_the_same_model(packed):
     """attention_impl "xla" (jax.nn.dot_product_attention; lengths for unpacked rows) and
-    "explicit" (the weights formed in tx.layers) on the same parameters: the same function
+    "explicit" (the weights formed in tx.model.layers) on the same parameters: the same function
     with reductions in another order, so within LOGITS_ATOL (observed 0 on a CPU: seeds 0-4,
     2 threads and taskset -c 0)."""
     model, params = make(attention_impl="explicit")
@@ -267,8 +267,8 @@ def test_padded_vocabulary_is_the_same_model():
     """vocab_multiple=128 adds zero rows to the embedding (the real rows are drawn as without
     them): the logits are the unpadded model's (to the order of summation), the padding rows
     get no gradient from the fused loss, and the counted parameters do not include them."""
-    from tx.counting import param_counts
-    from tx.losses import chunked_cross_entropy
+    from tx.model.counting import param_counts
+    from tx.train.losses import chunked_cross_entropy
 
     model, params = make()
     padded, padded_params = make(vocab_multiple=128)

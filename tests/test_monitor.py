@@ -6,8 +6,8 @@ import os
 
 import pytest
 
-from tx import monitor
-from tx.monitor import Progress, Summaries, Throughput, peak_tflops
+from tx.train import monitor
+from tx.train.monitor import Progress, Summaries, Throughput, peak_tflops
 
 
 class FakeDevice:

@@ -4,7 +4,7 @@ import ml_collections
 import numpy as np
 import pytest
 
-from tx.optim import make_optimizer, paper_schedule
+from tx.train.optim import make_optimizer, paper_schedule
 
 
 def formula(step, d_model=512, warmup=4000):

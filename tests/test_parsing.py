@@ -8,8 +8,7 @@ import subprocess
 import pytest
 
 from tx.data.sources import text_split
-from tx.evalb import bracket_f1, score_sentence, summarize
-from tx.parsing import (
+from tx.data.trees import (
     SLOT,
     Tree,
     delinearize,
@@ -22,6 +21,7 @@ from tx.parsing import (
     words,
     write_pairs,
 )
+from tx.eval.evalb import bracket_f1, score_sentence, summarize
 
 
 def tree(text: str) -> Tree:

@@ -13,10 +13,10 @@ import pytest
 from matplotlib.image import imread
 from matplotlib.text import Text
 
-from tx import plots
-from tx.events import read_scalars
-from tx.layers import PositionEmbedding
-from tx.pictures import PictureError, positional_encoding
+from tx.model.layers import PositionEmbedding
+from tx.viz import plots
+from tx.viz.events import read_scalars
+from tx.viz.pictures import PictureError, positional_encoding
 
 # 25 sub-words of a WMT-like sentence, some long, as SentencePiece spells them.
 TOKENS_25 = [
@@ -277,19 +277,19 @@ def test_no_such_workdir_is_one_line(root, tmp_path):
 
 
 def test_evaluate_by_length_reports_buckets_and_draws_them(trained, tmp_path, monkeypatch):
-    import tx.evaluate
+    import tx.eval.evaluate
     from tx.config import load_config
     from tx.data.dataset import split_text
-    from tx.pictures import by_length_picture
+    from tx.viz.pictures import by_length_picture
     from tx.workdir import config_file
 
     cfg = load_config(config_file(trained))
     pairs = split_text(cfg.data, "dev")
     # A perfect "model": the references themselves, so every bucket must score 100.
-    monkeypatch.setattr(tx.evaluate, "translate", lambda loaded, s, c: [r for _, r in pairs])
-    loaded = tx.evaluate.LoadedModel(None, None, None, "checkpoints/20", None)
+    monkeypatch.setattr(tx.eval.evaluate, "translate", lambda loaded, s, c: [r for _, r in pairs])
+    loaded = tx.eval.evaluate.LoadedModel(None, None, None, "checkpoints/20", None)
     out = str(tmp_path / "dev.hyp")
-    result = tx.evaluate.evaluate_split(cfg, trained, "dev", loaded, output=out, by_length=5)
+    result = tx.eval.evaluate.evaluate_split(cfg, trained, "dev", loaded, output=out, by_length=5)
     buckets = result["by_length"]
     assert sum(b["sentences"] for b in buckets) == result["num_sentences"] == len(pairs)
     assert all(round(b["bleu"], 6) == 100.0 for b in buckets)
@@ -301,8 +301,8 @@ def test_evaluate_by_length_reports_buckets_and_draws_them(trained, tmp_path, mo
 
 def test_the_demo_draws_an_attention_map_and_the_curves(trained):
     from tx.config import load_config
-    from tx.demo import draw_pictures
-    from tx.translate import load_model
+    from tx.infer.translate import load_model
+    from tx.paper.demo import draw_pictures
     from tx.workdir import config_file
 
     cfg = load_config(config_file(trained))

@@ -5,11 +5,12 @@ import json
 import pytest
 import treebank
 
-from tx import report, reproduce, runcard, tables
 from tx.__main__ import main
 from tx.config import load_config
-from tx.counting import analytic_param_count
-from tx.model import ModelConfig
+from tx.model.counting import analytic_param_count
+from tx.model.transformer import ModelConfig
+from tx.paper import report, reproduce, tables
+from tx.train import runcard
 
 # The smallest mini run that still trains, evaluates and scores: a few seconds per row.
 FAST = [

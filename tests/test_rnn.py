@@ -1,6 +1,7 @@
-"""The recurrent family (tx.cells, tx.rnn): cells and whole models against references written
+"""The recurrent family (tx.model.cells, tx.model.rnn): cells and whole models against references
+written
 from the equations, cached decoding against teacher forcing, parameter counts, axis names, beam
-search through tx.translate, and tiny training runs through tx.loop.train.
+search through tx.infer.translate, and tiny training runs through tx.train.loop.train.
 
 Tolerances come from first-order rounding-error bounds. A reference evaluates the equations in
 float64; each float32 operation of the model may differ from its exact result by a local error
@@ -27,14 +28,16 @@ import numpy as np
 import pytest
 from flax import linen as nn
 
-from tx import cells, sharding
 from tx.config import ConfigError, load_config, model_config
-from tx.counting import analytic_param_count, param_counts
-from tx.families import build_model, decoder
-from tx.rnn import RNNConfig, RNNSeq2Seq, reverse_source
-from tx.search import length_penalty
+from tx.infer.decoders import decoder
+from tx.infer.search import length_penalty
+from tx.infer.translate import LoadedModel, translate_ids
+from tx.model import cells
+from tx.model.counting import analytic_param_count, param_counts
+from tx.model.families import build_model
+from tx.model.rnn import RNNConfig, RNNSeq2Seq, reverse_source
 from tx.tokens import BOS_ID, EOS_ID, PAD_ID
-from tx.translate import LoadedModel, translate_ids
+from tx.train import sharding
 
 U = 2.0**-24  # float32 unit roundoff
 # tanh, logistic and exp on the CPU: measured over 2.2M points of [-20, 20] against float64,
@@ -244,7 +247,7 @@ def encoder_ref(ar: Tape, c: RNNConfig, params, src: np.ndarray):
 
 def model_ref(ar: Tape, c: RNNConfig, params, src: np.ndarray, tgt: np.ndarray):
     """Teacher-forced logits [b, t, V] of the model, from the equations (module docstring of
-    tx.rnn): Bahdanau's decoder, the previous top state as the query."""
+    tx.model.rnn): Bahdanau's decoder, the previous top state as the query."""
     share = c.share_embeddings
     annotations, states = encoder_ref(ar, c, params, src)
     dec, m = params["decoder"], c.d_model
@@ -505,7 +508,7 @@ def test_config_names_the_family_and_its_keys(root):
 
 def search_score_ref(ar: Tape, c, params, src_row, hyp):
     """The beam's score of `hyp` from the equations: teacher-forced logits, the search's
-    log_softmax over all tokens but PAD and BOS (tx.search.log_probs), the running sum of the
+    log_softmax over all tokens but PAD and BOS (tx.infer.search.log_probs), the running sum of the
     chosen tokens' log-probabilities, divided by the GNMT penalty of len(hyp) + 1 (EOS)."""
     tgt = np.asarray([*hyp, EOS_ID], np.int32)[None]
     logits = model_ref(ar, c, params, src_row[None], tgt)[0]  # [t, V]
@@ -547,9 +550,9 @@ def test_beam_search_through_translate_scores_what_the_model_says(tiny, monkeypa
     c, model, params = make(attention="additive", num_layers=2)
     params = jax.tree_util.tree_map(lambda x: 3 * x, params)  # peakier: beams diverge
     if reorder == "identity":
-        import tx.rnn
+        import tx.model.rnn
 
-        monkeypatch.setattr(tx.rnn, "reorder_cache", lambda cache, rows: cache)
+        monkeypatch.setattr(tx.model.rnn, "reorder_cache", lambda cache, rows: cache)
         jax.clear_caches()  # the search is jitted with the model static: trace it anew
     loaded = LoadedModel(build_model(c), params, None, "init", sharding.layout(tiny().mesh))
     srcs = [np.asarray([*random_tokens(s, (n,)), EOS_ID], np.int32) for s, n in ((1, 4), (2, 6))]
@@ -574,9 +577,9 @@ def test_beam_search_through_translate_scores_what_the_model_says(tiny, monkeypa
     "config", [pytest.param("rnn_seq2seq.py", marks=pytest.mark.slow), "rnn_attention.py"]
 )
 def test_tiny_rnn_trains_and_translates_through_the_shared_commands(root, tmp_path, config):
-    from tx.checkpoint import Checkpointer, average
-    from tx.loop import train
-    from tx.translate import load_model, translate
+    from tx.infer.translate import load_model, translate
+    from tx.train.checkpoint import Checkpointer, average
+    from tx.train.loop import train
 
     tiny = load_config(str(root / "configs" / "tiny.py"))
     overrides = [

@@ -1,4 +1,4 @@
-"""The road experiments' measuring instruments (tx/road/): each against what it must find on
+"""The road experiments' measuring instruments (tx/paper/road/): each against what it must find on
 cases whose answer is known. The experiments themselves run with `python -m tx road NAME`."""
 
 import math
@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tx.road import digits, gradients, table1
+from tx.paper.road import digits, gradients, table1
 from tx.tokens import EOS_ID, PAD_ID
 
 

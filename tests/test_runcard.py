@@ -7,11 +7,11 @@ import shutil
 import jax
 import pytest
 
-from tx import runcard
 from tx import workdir as wd
-from tx.checkpoint import average
-from tx.evaluate import evaluate_split
-from tx.loop import train
+from tx.eval.evaluate import evaluate_split
+from tx.train import runcard
+from tx.train.checkpoint import average
+from tx.train.loop import train
 
 
 def test_train_writes_a_card(trained, tiny):

@@ -11,9 +11,8 @@ import pytest
 import search_reference  # tests/search_reference.py, beside this file
 from flax import linen as nn
 
-from tx.families import decoder as family_decoder
-from tx.model import ModelConfig, Transformer, incremental_decoder, init_cache
-from tx.search import (
+from tx.infer.decoders import decoder as family_decoder
+from tx.infer.search import (
     NEG,
     STRATEGIES,
     Decoder,
@@ -26,7 +25,8 @@ from tx.search import (
     top_log_probs,
     windows,
 )
-from tx.search import top_k as search_top_k
+from tx.infer.search import top_k as search_top_k
+from tx.model.transformer import ModelConfig, Transformer, incremental_decoder, init_cache
 from tx.tokens import BOS_ID, EOS_ID
 
 V = 6  # pad, eos, unk, bos + two word tokens: emittable = {eos, unk, 4, 5}
@@ -215,9 +215,9 @@ def test_first_step_on_one_row_per_sentence_equals_every_row(seed):
 def test_search_module_knows_no_cache_names():
     import inspect
 
-    import tx.search
+    import tx.infer.search
 
-    source = inspect.getsource(tx.search)
+    source = inspect.getsource(tx.infer.search)
     for name in ("static_", "cached_key", "cached_value", "cache_index", "decode_position"):
         assert name not in source
 

@@ -1,4 +1,4 @@
-"""The translation server (tx.server) over real HTTP on loopback: concurrent clients get
+"""The translation server (tx.infer.server) over real HTTP on loopback: concurrent clients get
 exactly their own translations in order, requests are batched, a full queue answers 503 and
 bad requests get a 4xx with a JSON message."""
 
@@ -17,8 +17,8 @@ aiohttp = pytest.importorskip("aiohttp")
 
 from tx import workdir as wd  # noqa: E402
 from tx.config import load_config  # noqa: E402
-from tx.server import Limits, engine_app, make_app, running  # noqa: E402
-from tx.translate import load_model, translate  # noqa: E402
+from tx.infer.server import Limits, engine_app, make_app, running  # noqa: E402
+from tx.infer.translate import load_model, translate  # noqa: E402
 
 
 class Fake:

@@ -11,7 +11,7 @@ import equivalence
 import numpy as np
 import pytest
 
-from tx.sharding import MeshError, check_model_fits, make_mesh, mesh_shape
+from tx.train.sharding import MeshError, check_model_fits, make_mesh, mesh_shape
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 WORKER = str(ROOT / "tests" / "multidevice_worker.py")
@@ -83,7 +83,7 @@ def test_meshes_give_the_same_training_as_one_device(tmp_path):
 def test_layout_derives_batch_shardings_from_the_rules(tiny):
     """Input batches, per-row values and micro-batches follow the `batch` rule: changing the
     rule moves them with the activations (nothing hard-codes mesh axes)."""
-    from tx.sharding import layout
+    from tx.train.sharding import layout
 
     cfg = tiny()
     lay = layout(cfg.mesh)

@@ -5,7 +5,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from tx.trainer import build, create_train_state, jit_train_step
+from tx.train.trainer import build, create_train_state, jit_train_step
 
 
 def _batch(rows=8, length=16, seed=0):

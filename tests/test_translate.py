@@ -5,7 +5,7 @@ import pytest
 
 from tx import workdir as wd
 from tx.config import load_config
-from tx.translate import load_model, nbest_lines, translate, translate_ids, translate_nbest
+from tx.infer.translate import load_model, nbest_lines, translate, translate_ids, translate_nbest
 
 LINES = [
     "The dog sees a cat.",
@@ -32,9 +32,9 @@ def test_translate_keeps_order_and_empty_lines(run):
 
 
 def test_loading_reads_parameters_without_an_optimizer(trained, monkeypatch):
-    import tx.optim
+    import tx.train.optim
 
-    monkeypatch.setattr(tx.optim, "make_optimizer", lambda *a: pytest.fail("built Adam"))
+    monkeypatch.setattr(tx.train.optim, "make_optimizer", lambda *a: pytest.fail("built Adam"))
     cfg = load_config(wd.config_file(trained))
     loaded = load_model(cfg, trained, checkpoint_step=20)
     assert loaded.source == "checkpoints/20"

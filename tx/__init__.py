@@ -1,9 +1,42 @@
-"""tx: the original Transformer for machine translation in JAX/Flax."""
+"""tx: the original Transformer for machine translation in JAX/Flax.
+
+The package in layers, lowest first: eight wings (packages) and three modules every wing
+shares. A module imports only from its own layer and the layers before it in this list
+(tests/test_layout.py checks it, and that no module imports in a circle):
+
+    tx.tokens    the special token ids
+    tx.model     layers, the Transformer, the RNN family, the families registry, counting
+    tx.config    loading, overriding and validating configs (the model section against tx.model)
+    tx.workdir   every path of a run, atomic writes
+    tx.data    sources, SentencePiece, the token cache, batches, the demo corpus, treebanks
+    tx.train   sharding, the step, the loop, optimizer, losses, checkpoints, averaging, run cards
+    tx.infer   search, a model's decoders and ensembles, translate, export, CTranslate2, serving
+    tx.eval    BLEU and chrF, EVALB, evaluating a run
+    tx.viz     learning curves, attention maps and other pictures
+    tx.paper   whole runs: train -> average -> evaluate, the demo, the paper's tables, the road
+    tx.cli     the command line (`python -m tx`): one module per command, no logic of its own
+"""
 
 from tx.config import ConfigError, load_config, model_config
-from tx.families import build_model
-from tx.model import ModelConfig, Transformer, init_cache
-from tx.rnn import RNNConfig, RNNSeq2Seq
+from tx.model.families import build_model
+from tx.model.rnn import RNNConfig, RNNSeq2Seq
+from tx.model.transformer import ModelConfig, Transformer, init_cache
+
+# The layers above, in order, and the wings among them (tests/test_layout.py reads both).
+LAYERS = [
+    "tx.tokens",
+    "tx.model",
+    "tx.config",
+    "tx.workdir",
+    "tx.data",
+    "tx.train",
+    "tx.infer",
+    "tx.eval",
+    "tx.viz",
+    "tx.paper",
+    "tx.cli",
+]
+WINGS = ["model", "data", "train", "infer", "eval", "viz", "paper", "cli"]
 
 __all__ = [
     "ConfigError",

@@ -18,13 +18,12 @@ from collections.abc import Sequence
 
 import ml_collections
 
-from tx import families
-from tx.model import ModelConfig
-from tx.rnn import RNNConfig
-from tx.sharding import AXES
+from tx.model import families
 
 SECTIONS = ("model", "data", "optim", "train", "decode", "mesh")
-# tx.search.STRATEGIES and tx.data.sources.ON_BAD_LINE (a test keeps them equal: config may
+# The device mesh's axes, in mesh order (tx.train.sharding builds the mesh from them).
+AXES = ("data", "fsdp", "tensor")
+# tx.infer.search.STRATEGIES and tx.data.sources.ON_BAD_LINE (a test keeps them equal: config may
 # not import downstream modules).
 SEARCH_STRATEGIES = ("beam", "greedy", "sample")
 ON_BAD_LINE = ("error", "skip")
@@ -124,9 +123,9 @@ def _parse_value(raw: str, current):
     return value
 
 
-def model_config(cfg: ml_collections.ConfigDict) -> ModelConfig | RNNConfig:
-    """The frozen architecture from `cfg.model`, of the family `model.family` names
-    (tx.families; absent = "transformer")."""
+def model_config(cfg: ml_collections.ConfigDict):
+    """The frozen architecture from `cfg.model` (tx.model.transformer.ModelConfig or
+    tx.model.rnn.RNNConfig, as `model.family` says; absent = "transformer")."""
     try:
         return families.model_config(cfg.model.to_dict())
     except (ValueError, TypeError) as e:

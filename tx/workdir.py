@@ -4,12 +4,12 @@
     W/spm.model             the shared SentencePiece vocabulary
     W/vocab.sha256          its fingerprint when training began: the checkpoints' vocabulary
     W/data/<key>/           token-id caches, keyed by data and vocabulary (tx.data.token_cache)
-    W/checkpoints/<step>/   training checkpoints: state + data position (tx.checkpoint)
+    W/checkpoints/<step>/   training checkpoints: state + data position (tx.train.checkpoint)
     W/averaged/<step>/      parameters averaged over the last N checkpoints
-    W/tensorboard/          scalars (tx.monitor)
+    W/tensorboard/          scalars (tx.train.monitor)
     W/<split>.hyp.<lang>    hypotheses written by evaluate
-    W/run_card.json, .md    what the run was and scored (tx.runcard)
-    W/plots/                pictures (tx.plots): curves, attention maps, BLEU by length
+    W/run_card.json, .md    what the run was and scored (tx.train.runcard)
+    W/plots/                pictures (tx.viz.plots): curves, attention maps, BLEU by length
 
 A workdir belongs to one model and one vocabulary: resuming it with another is refused.
 """
@@ -24,7 +24,6 @@ import jax
 import ml_collections
 
 from tx.config import ConfigError
-from tx.data.tokenizer import VocabularyError
 
 # Keys that must not change when a workdir is resumed (they change the model or its data).
 FIXED_KEYS = (
@@ -129,22 +128,6 @@ def check_config(cfg: ml_collections.ConfigDict, workdir: str) -> None:
             )
     if jax.process_index() == 0:
         write_atomic(path, json.dumps(current, indent=2, sort_keys=True))
-
-
-def check_vocabulary(workdir: str, tokenizer) -> None:
-    """The vocabulary a workdir's checkpoints were trained with must be the one loaded now;
-    the first run records it."""
-    path = vocab_hash_file(workdir)
-    if os.path.exists(path):
-        with open(path) as f:
-            saved = f.read().strip()
-        if saved != tokenizer.fingerprint:
-            raise VocabularyError(
-                f"{tokenizer.path} (sha256 {tokenizer.fingerprint[:12]}) is not the vocabulary "
-                f"the checkpoints in {workdir} were trained with (sha256 {saved[:12]})"
-            )
-    elif jax.process_index() == 0:
-        write_atomic(path, tokenizer.fingerprint + "\n")
 
 
 _MISSING = object()

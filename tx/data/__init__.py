@@ -1,1 +1,12 @@
-"""Input pipeline: sources -> SentencePiece -> token id cache -> token-budget batches."""
+"""The data wing: sources -> SentencePiece -> token id cache -> token-budget batches, per host.
+
+    sources.py       TFDS WMT, plain text files, the demo corpus, treebanks: sentence pairs
+    demo_corpus.py   the built-in offline corpus (synthetic, generated)
+    trees.py         Penn Treebank trees, their linearization for parsing as translation
+    tokenizer.py     SentencePiece: train, load, encode, the run's vocabulary check
+    token_cache.py   token ids on disk, written once per run
+    pipeline.py      filtering, length buckets, batches sized by tokens, the (seed, epoch) plan
+    dataset.py       one split of a run's data, from config to batches
+
+May import: tx.tokens, tx.model, tx.config, tx.workdir and this wing.
+"""

@@ -84,7 +84,7 @@ def batch_spec(
     row_multiple: int,
     local_rows=None,
 ) -> BatchSpec:
-    """`local_rows`: tx.sharding.Layout.process_rows of the run (None: one process)."""
+    """`local_rows`: tx.train.sharding.Layout.process_rows of the run (None: one process)."""
     return BatchSpec(
         bucket_lengths=tuple(data.bucket_lengths),
         tokens_per_step=data.tokens_per_step,

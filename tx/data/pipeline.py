@@ -17,7 +17,7 @@ positions keep them apart in the model), and the rows per batch come from the me
 The plan of an epoch is a pure function of (lengths, seed, epoch), so the data position
 (epoch, batch) is all a checkpoint needs to resume with the very next batch. Every process
 computes the same plan and materialises only its own rows of each global batch: the rows the
-layout says its devices hold (`BatchSpec.local_rows`, tx.sharding.Layout.process_rows).
+layout says its devices hold (`BatchSpec.local_rows`, tx.train.sharding.Layout.process_rows).
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ class BatchSpec:
 
     `row_multiple` = data shards (global) x micro-batches: each batch's rows are padded to a
     multiple of it. `local_rows(n)` = the global rows of an n-row batch this process supplies
-    (tx.sharding.Layout.process_rows); None = all of them (one process).
+    (tx.train.sharding.Layout.process_rows); None = all of them (one process).
     """
 
     bucket_lengths: tuple[int, ...]

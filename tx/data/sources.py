@@ -1,5 +1,5 @@
 """Where sentence pairs come from: TFDS WMT, aligned text files, the built-in demo corpus, or
-a treebank (parsing as translation, tx.parsing).
+a treebank (parsing as translation, tx.data.trees).
 
 Each source gives, per split ("train", "dev", "test"), a `ParallelText`: an iterable of
 (source, target) strings in file order plus a fingerprint identifying its content, which keys
@@ -24,8 +24,8 @@ from collections.abc import Callable, Iterable, Iterator
 
 import ml_collections
 
-from tx import parsing
 from tx.data import demo_corpus
+from tx.data import trees as parsing
 
 SPLITS = ("train", "dev", "test")
 
@@ -136,7 +136,7 @@ def tree_paths(pattern: str) -> list[str]:
 
 
 def read_treebank(pattern: str) -> list[parsing.Tree]:
-    """Every tree of the files `pattern` names, normalized (tx.parsing); errors name the file."""
+    """Every tree of the files `pattern` names, normalized (tx.data.trees); errors name the file."""
     paths = tree_paths(pattern)
     trees = []
     for path in paths:
@@ -151,7 +151,7 @@ def read_treebank(pattern: str) -> list[parsing.Tree]:
 
 def tree_split(pattern: str) -> ParallelText:
     """Parsing as translation (the paper's Table 4): bracketed trees as (words, linearized
-    tree) pairs, with tx.parsing's linearization."""
+    tree) pairs, with tx.data.trees's linearization."""
     paths = tree_paths(pattern)
     fingerprint = _sha(f"linearize-v{parsing.FORMAT}" + "".join(map(_file_digest, paths)))
 

@@ -12,8 +12,10 @@ import random
 import tempfile
 from collections.abc import Iterable, Sequence
 
+import jax
 import sentencepiece as spm
 
+from tx import workdir as wd
 from tx.tokens import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 
@@ -141,3 +143,19 @@ def _reservoir_sample(sentences: Iterable[str], k: int, seed: int) -> list[str]:
             if j < k:
                 out[j] = s
     return out
+
+
+def check_vocabulary(workdir: str, tokenizer) -> None:
+    """The vocabulary a workdir's checkpoints were trained with must be the one loaded now;
+    the first run records it."""
+    path = wd.vocab_hash_file(workdir)
+    if os.path.exists(path):
+        with open(path) as f:
+            saved = f.read().strip()
+        if saved != tokenizer.fingerprint:
+            raise VocabularyError(
+                f"{tokenizer.path} (sha256 {tokenizer.fingerprint[:12]}) is not the vocabulary "
+                f"the checkpoints in {workdir} were trained with (sha256 {saved[:12]})"
+            )
+    elif jax.process_index() == 0:
+        wd.write_atomic(path, tokenizer.fingerprint + "\n")

@@ -1,0 +1,108 @@
+"""The package's shape (tx/__init__.py's map): every module lives in a wing, imports run only
+down the wings' order, no two modules import each other in a circle, and no module grows past
+about 400 lines unless its docstring says why it reads better whole."""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+
+import pytest
+
+import tx
+
+PACKAGE = pathlib.Path(tx.__file__).parent
+MAX_LINES = 420  # "about 400"
+
+
+def _modules() -> dict[str, pathlib.Path]:
+    out = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = path
+    return out
+
+
+MODULES = _modules()
+
+
+def _imports(path: pathlib.Path) -> set[str]:
+    """The tx modules `path` imports anywhere in it (function-level imports too)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            # `from tx.a import b` imports tx.a.b when b is a module, else tx.a
+            names = [
+                f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in MODULES else node.module
+                for a in node.names
+            ]
+        else:
+            continue
+        found.update(n for n in names if n == "tx" or n.startswith("tx."))
+    return found
+
+
+def _layer(module: str) -> str | None:
+    """The entry of tx.LAYERS that `module` belongs to: itself or its wing."""
+    top = ".".join(module.split(".")[:2])
+    return top if top in tx.LAYERS else None
+
+
+def _rank(module: str) -> int:
+    return tx.LAYERS.index(_layer(module))
+
+
+def test_every_module_is_in_a_layer():
+    homeless = [m for m in MODULES if m not in ("tx", "tx.__main__") and _layer(m) is None]
+    assert not homeless, f"modules in no layer of tx.LAYERS: {homeless}"
+    assert {f"tx.{w}" for w in tx.WINGS} <= set(tx.LAYERS)
+
+
+def test_every_wing_says_what_lives_there_and_what_it_may_import():
+    for wing in tx.WINGS:
+        doc = ast.get_docstring(ast.parse((PACKAGE / wing / "__init__.py").read_text()))
+        assert doc and "May import" in doc, f"tx/{wing}/__init__.py: docstring without 'May import'"
+
+
+@pytest.mark.parametrize("module", [m for m in MODULES if m not in ("tx", "tx.__main__")])
+def test_imports_run_only_down(module):
+    up = sorted(
+        i
+        for i in _imports(MODULES[module])
+        if i not in ("tx", "tx.__main__") and _rank(i) > _rank(module)
+    )
+    assert not up, f"{module} imports from a higher wing: {up} (order: {tx.LAYERS})"
+
+
+def test_no_import_cycle():
+    graph = {m: {i for i in _imports(p) if i in MODULES and i != "tx"} for m, p in MODULES.items()}
+    done, stack = set(), []
+
+    def visit(m):
+        if m in stack:
+            cycle = stack[stack.index(m) :] + [m]
+            pytest.fail(f"import cycle: {' -> '.join(cycle)}")
+        if m in done:
+            return
+        stack.append(m)
+        for n in graph[m]:
+            visit(n)
+        stack.pop()
+        done.add(m)
+
+    for m in graph:
+        visit(m)
+
+
+def test_modules_stay_short_or_say_why():
+    long = []
+    for m, path in MODULES.items():
+        n = len(path.read_text().splitlines())
+        doc = ast.get_docstring(ast.parse(path.read_text())) or ""
+        if n > MAX_LINES and "reads better whole" not in doc:
+            long.append(f"{m} ({n} lines)")
+    assert not long, f"over {MAX_LINES} lines without saying why in the docstring: {long}"

@@ -1,0 +1,120 @@
+"""Evaluating a run: translate a split, write the hypotheses, score them (tx.eval.metrics).
+
+evaluate_split(cfg, workdir, "test") -> scores, hypotheses file, checkpoint used
+dev_bleu_hook(cfg, workdir) -> callable(params) for BLEU during training
+"""
+
+from __future__ import annotations
+
+import ml_collections
+
+from tx import workdir as wd
+from tx.config import model_config
+from tx.data import trees as parsing
+from tx.data.dataset import split_text
+from tx.data.sources import gold_trees
+from tx.data.tokenizer import Tokenizer
+from tx.eval import evalb
+from tx.eval.metrics import bleu_by_length, sacrebleu_scores, score_all, tokenized_bleu
+from tx.infer.translate import LoadedModel, load_model, translate
+from tx.model.families import build_model
+from tx.train import runcard, sharding
+
+
+def evaluate_split(
+    cfg: ml_collections.ConfigDict,
+    workdir: str,
+    split: str,
+    loaded=None,
+    bootstrap: int = 0,
+    output: str | None = None,
+    by_length: int = 0,
+    record: bool = True,
+) -> dict:
+    """Translates every sentence of `split` and scores it; hypotheses go to a file.
+
+    Returns score_all's dict plus `hypotheses_file` and `checkpoint`, and with `by_length`
+    (a bucket width in source words) `by_length`: metrics.bleu_by_length's buckets.
+    `loaded` may be another engine (tx.infer.ct2); `workdir` is then where hypotheses go, and
+    `record=False` keeps the scores out of a run card (they are not the run's own model's).
+    """
+    loaded = loaded or load_model(cfg, workdir)
+    pairs = split_text(cfg.data, split)
+    sources = [s for s, _ in pairs]
+    references = [r for _, r in pairs]
+    hypotheses = translate(loaded, sources, cfg)
+    path = output or wd.hypotheses_file(workdir, split, cfg.data.tgt_lang)
+    wd.write_atomic(path, "".join(h + "\n" for h in hypotheses))
+    if cfg.data.source == "trees":  # parsing: bracketing F1 against the gold trees
+        result = parse_scores(gold_trees(cfg.data, split), hypotheses)
+    else:
+        result = score_all(hypotheses, references, cfg.data.tgt_lang, bootstrap)
+    result.update(hypotheses_file=path, checkpoint=loaded.source, split=split)
+    if by_length:
+        result["by_length"] = bleu_by_length(sources, hypotheses, references, by_length)
+    result["search"] = search_recipe(cfg.decode)
+    if record:
+        runcard.record_scores(workdir, split, result)
+    return result
+
+
+def parse_scores(gold: list[parsing.Tree], hypotheses: list[str]) -> dict:
+    """EVALB (COLLINS.prm) bracketing scores of linearized parses. Each hypothesis is read back
+    over its sentence's words with the gold POS tags (tx.data.trees.delinearize repairs
+    ill-formed output), as Vinyals et al. scored: punctuation is then deleted by its tag."""
+    tests = [
+        parsing.delinearize(parsing.words(g), h, parsing.tags(g))
+        for g, h in zip(gold, hypotheses, strict=True)
+    ]
+    score = evalb.bracket_f1(gold, tests)
+    return {
+        "f1": score.f1,
+        "precision": score.precision,
+        "recall": score.recall,
+        "complete_match": score.complete_match,
+        "tagging_accuracy": score.tagging_accuracy,
+        "num_sentences": len(gold),
+        "scored_sentences": score.valid,
+        "errors": score.error_count,
+        "f1_recipe": "EVALB COLLINS.prm (tx.eval.evalb.bracket_f1); output repaired by "
+        "tx.data.trees.delinearize with the gold POS tags",
+    }
+
+
+def search_recipe(decode: ml_collections.ConfigDict) -> dict:
+    """The decoding settings a score depends on, recorded beside it."""
+    keys = ("strategy", "beam_size", "alpha", "max_extra_len")
+    if decode.strategy == "sample":
+        keys += ("temperature", "top_k", "seed")
+    return {k: decode[k] for k in keys}
+
+
+def copy_baseline(cfg: ml_collections.ConfigDict, split: str) -> dict:
+    """Scores of "translating" by copying the source: what a model must beat by far."""
+    pairs = split_text(cfg.data, split)
+    return score_all([s for s, _ in pairs], [r for _, r in pairs], cfg.data.tgt_lang)
+
+
+def dev_bleu_hook(cfg: ml_collections.ConfigDict, workdir: str):
+    """A callable(params) -> {"bleu", "tok_bleu"} on the whole dev split, for training.
+
+    The model, layout and dev sentences are prepared once; each call decodes with the
+    current parameters (the configured search).
+    """
+    pairs = split_text(cfg.data, "dev")
+    sources, references = [s for s, _ in pairs], [r for _, r in pairs]
+    layout = sharding.layout(cfg.mesh)
+    model = build_model(model_config(cfg))
+    state = {}
+
+    def hook(params) -> dict:
+        if "tokenizer" not in state:  # the vocabulary exists once training has started
+            state["tokenizer"] = Tokenizer(wd.vocab_file(workdir))
+        loaded = LoadedModel(model, params, state["tokenizer"], "training", layout)
+        hyps = translate(loaded, sources, cfg)
+        return {
+            "bleu": sacrebleu_scores(hyps, references)["bleu"],
+            "tok_bleu": tokenized_bleu(hyps, references, cfg.data.tgt_lang),
+        }
+
+    return hook

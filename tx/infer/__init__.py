@@ -1,0 +1,12 @@
+"""The inference wing: from a trained run to translations.
+
+    search.py          beam search, greedy, sampling: pure functions over a Decoder
+    decoders.py        a model's Decoder (any family), and ensembles of them
+    translate.py       load a run (or an ensemble), translate sentences, n-best lists
+    attention_maps.py  the attention weights of a translation, per layer and head
+    alignment.py       word alignments from cross-attention
+    export.py, ct2.py  CTranslate2 export, and translating through CTranslate2
+    server.py          the HTTP JSON translation server
+
+May import: tx.tokens, tx.model, tx.config, tx.workdir, tx.data, tx.train and this wing.
+"""

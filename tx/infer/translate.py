@@ -1,0 +1,291 @@
+"""Translating text with a trained workdir: parameters, vocabulary, batching, search.
+
+Sentences are encoded, sorted into length buckets (one compiled decoder per bucket), decoded
+with the configured search (tx.infer.search: beam by default) and returned in input order. Empty
+lines give empty translations.
+
+The text-level functions (translate, translate_nbest, translate_pairs) also drive another
+engine: anything with `tokenizer`, `source` and `search_ids(ids, decode_cfg, nbest)` with
+translate_ids's contract (tx.infer.ct2: a CTranslate2 export). Several models decode as one
+ensemble (tx.infer.decoders) through `ensemble`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import logging
+import os
+
+import jax
+import ml_collections
+import numpy as np
+from jax.experimental import multihost_utils
+
+from tx import workdir as wd
+from tx.config import ConfigError, load_config, model_config
+from tx.data.pipeline import eval_batches
+from tx.data.tokenizer import Tokenizer
+from tx.infer.decoders import decoder, ensemble_decoder
+from tx.infer.search import Strategy
+from tx.model.families import build_model
+from tx.tokens import EOS_ID, PAD_ID
+from tx.train import checkpoint, sharding
+
+
+class CheckpointNotFound(FileNotFoundError):
+    pass
+
+
+class StaleAverage(ValueError):
+    """The newest averaged model predates training checkpoints written after it."""
+
+
+@dataclasses.dataclass
+class LoadedModel:
+    model: object  # tx.model.families.build_model: a Transformer or an RNNSeq2Seq
+    params: object
+    tokenizer: Tokenizer
+    source: str  # which checkpoint the parameters came from
+    layout: sharding.Layout
+    # Ensemble: further (model, params) members decoded with this one (see `ensemble`).
+    others: tuple = ()
+
+    @property
+    def members(self) -> tuple:
+        """((model, params), ...): this model first, then the ensemble's others."""
+        return ((self.model, self.params), *self.others)
+
+
+def load_model(
+    cfg: ml_collections.ConfigDict,
+    workdir: str,
+    checkpoint_step: int | None = None,
+    averaged: bool | None = None,
+) -> LoadedModel:
+    """Parameters of `workdir`: the newest averaged checkpoint if there is one (unless
+    `averaged=False`), else the latest training checkpoint, or `checkpoint_step` if given.
+    Only parameters are read: no optimizer is built.
+
+    An averaged model that training has moved past is refused (StaleAverage), not silently
+    used or rewritten: translating must not write into a run that may still be training.
+    """
+    tokenizer = Tokenizer(wd.vocab_file(workdir))
+    mc = model_config(cfg)
+    layout = sharding.layout(cfg.mesh)
+    target = checkpoint.param_target(mc, layout)
+    avg_steps = checkpoint.averaged_steps(workdir)
+    if checkpoint_step is None and avg_steps and averaged is not False:
+        _check_fresh(cfg, workdir, avg_steps[-1])
+        try:
+            params, meta = checkpoint.restore_averaged(workdir, avg_steps[-1], target)
+        except checkpoint.UnreadableCheckpoint as e:
+            raise checkpoint.UnreadableCheckpoint(
+                f"{e}; average again with `python -m tx average --workdir {workdir}`, or choose "
+                "a training checkpoint with --checkpoint STEP"
+            ) from None
+        source = f"averaged/{avg_steps[-1]} (steps {meta['averaged_steps']})"
+    else:
+        ckpt = checkpoint.Checkpointer(workdir, keep=None)
+        step = checkpoint_step if checkpoint_step is not None else ckpt.latest_step()
+        if step is None or step not in ckpt.all_steps():
+            raise CheckpointNotFound(
+                f"no checkpoint {'at step ' + str(step) if step is not None else ''} in "
+                f"{ckpt.directory} (available: {ckpt.all_steps()})"
+            )
+        try:  # never another checkpoint in its place: the user asked for this model
+            params = ckpt.restore_params(step, target)
+        except checkpoint.UnreadableCheckpoint as e:
+            others = [s for s in ckpt.all_steps() if s != step]
+            raise checkpoint.UnreadableCheckpoint(
+                f"{e}; choose another with --checkpoint STEP (available: {others})"
+            ) from None
+        finally:
+            ckpt.close()
+        source = f"checkpoints/{step}"
+    logging.info("translating with %s", source)
+    return LoadedModel(build_model(mc), params, tokenizer, source, layout)
+
+
+def _check_fresh(cfg: ml_collections.ConfigDict, workdir: str, averaged_step: int) -> None:
+    ckpt = checkpoint.Checkpointer(workdir, keep=None)
+    steps = checkpoint.averaging_steps(
+        ckpt.all_steps(), cfg.train.checkpoint_every_steps, cfg.train.num_steps
+    )
+    ckpt.close()
+    if steps and steps[-1] > averaged_step:
+        raise StaleAverage(
+            f"{os.path.join(wd.averaged_dir(workdir), str(averaged_step))} is stale: training "
+            f"has written checkpoints up to step {steps[-1]} since. Average again with "
+            f"`python -m tx average --workdir {workdir}` (the last {cfg.decode.average_last}), "
+            "or choose one training checkpoint with --checkpoint STEP"
+        )
+
+
+def ensemble(members: list[LoadedModel]) -> LoadedModel:
+    """One LoadedModel that decodes with all `members` (tx.infer.decoders); they must share the
+    vocabulary. The first member's layout is used."""
+    first = members[0]
+    for m in members[1:]:
+        if m.tokenizer.fingerprint != first.tokenizer.fingerprint:
+            raise ValueError(
+                f"ensemble members need one vocabulary: {m.tokenizer.path} differs from "
+                f"{first.tokenizer.path}"
+            )
+    others = tuple(pair for m in members[1:] for pair in m.members)
+    source = " + ".join(m.source for m in members)
+    return dataclasses.replace(first, source=source, others=first.others + others)
+
+
+def load_ensemble(
+    cfg: ml_collections.ConfigDict, workdirs: list[str], steps: list[int | None]
+) -> LoadedModel:
+    """Workdir i's parameters at checkpoint steps[i] (None: averaged, else latest), as one
+    ensemble. `cfg` (the first run's) sets the search and the input limits: a member whose
+    learned position table is shorter than that limit is refused, not silently clamped."""
+    members = []
+    for w, step in zip(workdirs, steps, strict=True):
+        member_cfg = cfg if w == workdirs[0] else load_config(wd.require_run(w))
+        limit = cfg.model.max_len if cfg.model.positional == "learned" else None
+        mine = member_cfg.model.max_len if member_cfg.model.positional == "learned" else None
+        if mine is not None and (limit is None or mine < limit):
+            raise ConfigError(
+                f"ensemble member {w}: its learned position table ({mine}) is shorter than "
+                "the first model's input limit; put it first"
+            )
+        members.append(load_model(member_cfg, w, step))
+    return ensemble(members)
+
+
+@functools.partial(jax.jit, static_argnames=("models", "strategy", "max_steps"))
+def _search_batch(
+    models: tuple, params: tuple, inputs, max_lengths, rng, *, strategy: Strategy, max_steps: int
+):
+    """inputs [b, s] -> (sequences [b, n, max_steps], scores [b, n]), n = strategy.width.
+
+    One model, or an ensemble of several (`models` and `params` are tuples, one per member)."""
+    decoders = [
+        decoder(m, p, inputs, strategy.width, max_steps)
+        for m, p in zip(models, params, strict=True)
+    ]
+    one = decoders[0] if len(decoders) == 1 else ensemble_decoder(decoders)
+    return strategy(one, max_lengths, max_steps, rng)
+
+
+def translate_ids(
+    loaded: LoadedModel,
+    sources: list[np.ndarray],
+    decode_cfg,
+    bucket_lengths: tuple[int, ...],
+    nbest: int = 1,
+):
+    """Token ids (each ending in EOS) -> per sentence a list of (ids, score), best first.
+
+    The search is `decode_cfg.strategy`; `nbest` <= its width (the beam size, or 1).
+    Sampling draws from `decode_cfg.seed` folded with the batch's number, so the same input
+    in the same order gives the same samples.
+    """
+    strategy = Strategy.from_config(decode_cfg)
+    if not 1 <= nbest <= strategy.width:
+        raise ValueError(f"nbest={nbest}: decode.strategy={strategy.name!r} keeps {strategy.width}")
+    lengths = np.array([len(s) for s in sources], np.int64)
+    results: list = [None] * len(sources)
+    layout = loaded.layout
+    batches = eval_batches(lengths, decode_cfg.batch_tokens, bucket_lengths, layout.data_shards)
+    for number, (length, idx) in enumerate(batches):
+        rows = len(idx)
+        inputs = np.zeros((rows, length), np.int32)
+        max_lengths = np.zeros(rows, np.int32)  # padding rows: decode nothing
+        for r, i in enumerate(idx):
+            if i >= 0:
+                inputs[r, : lengths[i]] = sources[i]
+                # input length + 50, counting the source's sub-words without its EOS
+                max_lengths[r] = lengths[i] - 1 + decode_cfg.max_extra_len
+        mine = layout.process_rows(rows)
+        seqs, scores = _search_batch(
+            tuple(m for m, _ in loaded.members),
+            tuple(p for _, p in loaded.members),
+            layout.global_batch({"inputs": inputs[mine]})["inputs"],
+            layout.global_rows(max_lengths[mine]),
+            jax.random.fold_in(jax.random.PRNGKey(decode_cfg.seed), number),
+            strategy=strategy,
+            max_steps=length - 1 + decode_cfg.max_extra_len + 1,
+        )
+        seqs, scores = _to_host(seqs), _to_host(scores)
+        for r, i in enumerate(idx):
+            if i >= 0:
+                results[i] = [(_strip(seqs[r, j]), float(scores[r, j])) for j in range(nbest)]
+    return results
+
+
+def _to_host(x: jax.Array) -> np.ndarray:
+    if jax.process_count() == 1:
+        return np.asarray(x)
+    return np.asarray(multihost_utils.process_allgather(x, tiled=True))
+
+
+def _strip(ids: np.ndarray) -> np.ndarray:
+    """Output ids up to (not including) EOS."""
+    ends = np.flatnonzero((ids == EOS_ID) | (ids == PAD_ID))
+    return ids[: ends[0]] if len(ends) else ids
+
+
+def translate(loaded, sentences: list[str], cfg: ml_collections.ConfigDict) -> list[str]:
+    """Detokenized translations (best hypothesis), in input order; "" for empty input."""
+    pairs = translate_pairs(loaded, sentences, cfg)
+    return [loaded.tokenizer.decode(out) for _, out in pairs]
+
+
+def translate_nbest(
+    loaded, sentences: list[str], cfg: ml_collections.ConfigDict, nbest: int
+) -> list[list[tuple[str, float]]]:
+    """Per sentence its `nbest` best (translation, score), best first; an empty line gives
+    [("", 0.0)] (nothing is decoded: the empty translation, log-probability 0)."""
+    out = [[("", 0.0)] for _ in sentences]
+    todo, _, hyps = _search_lines(loaded, sentences, cfg, nbest)
+    for i, h in zip(todo, hyps, strict=True):
+        out[i] = [(loaded.tokenizer.decode(ids), score) for ids, score in h]
+    return out
+
+
+def nbest_lines(nbest: list[list[tuple[str, float]]]) -> list[str]:
+    """`index \t score \t translation` lines (index from 0, in input order), best first."""
+    return [f"{i}\t{score:.6f}\t{text}" for i, hyps in enumerate(nbest) for text, score in hyps]
+
+
+def translate_pairs(
+    loaded, sentences: list[str], cfg: ml_collections.ConfigDict
+) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per sentence (source ids, best output ids), both without EOS; empty for empty input.
+
+    What `translate` decodes, for callers that need the sub-words too (alignments).
+    """
+    empty = np.zeros(0, np.int32)
+    out = [(empty, empty)] * len(sentences)
+    todo, ids, hyps = _search_lines(loaded, sentences, cfg, 1)
+    for i, x, h in zip(todo, ids, hyps, strict=True):
+        out[i] = (x[:-1], h[0][0])
+    return out
+
+
+def _search_lines(loaded, sentences: list[str], cfg: ml_collections.ConfigDict, nbest: int):
+    """(numbers of the non-empty lines, their ids with EOS, their hypotheses [(ids, score)])."""
+    learned = cfg.model.get("positional") == "learned"  # only Transformers have positions
+    positional_limit = cfg.model.max_len if learned else None
+    todo = [i for i, s in enumerate(sentences) if s.strip()]
+    ids = [np.asarray(loaded.tokenizer.encode(sentences[i].strip()), np.int32) for i in todo]
+    if positional_limit is not None:
+        for i, x in zip(todo, ids, strict=True):
+            if len(x) - 1 + cfg.decode.max_extra_len + 1 > positional_limit:
+                raise ValueError(
+                    f"input line {i + 1}: {len(x)} tokens + "
+                    f"{cfg.decode.max_extra_len} exceed model.max_len="
+                    f"{positional_limit} of the learned position table"
+                )
+    if not todo:
+        return [], [], []
+    if isinstance(loaded, LoadedModel):
+        hyps = translate_ids(loaded, ids, cfg.decode, tuple(cfg.data.bucket_lengths), nbest)
+    else:  # another engine (tx.infer.ct2)
+        hyps = loaded.search_ids(ids, cfg.decode, nbest)
+    return todo, ids, hyps

@@ -1,0 +1,273 @@
+"""The paper's tables, one command each: plan the runs, run them, report them beside the paper.
+
+    python -m tx reproduce --table 3 [--rows A1,B1] [--scale mini] [--root runs]
+                           [--plan | --run | --report]
+
+A table is a list of rows; a row is a config of `configs/` (Table 3's `table3.py:A1`) and the
+split its numbers come from. `--plan` says what each row will run and cost, `--run` runs the
+rows one after another with the same train / average / evaluate functions as the commands
+(each row in its own workdir; finished rows are skipped, interrupted ones resume), and
+`--report` writes results/table<N>.md and .json from the rows' run cards (tx.train.runcard) alone.
+`--scale mini` runs each row through configs/mini.py: the row's change on a small model.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import glob
+import json
+import os
+import re
+
+import jax
+import ml_collections
+
+from tx.config import ConfigError, model_config
+from tx.model.counting import param_counts, train_flops_per_step
+from tx.paper.report import report
+from tx.paper.tables import (
+    BASE_ROW,
+    CONFIGS,
+    TABLES,
+    ReproduceError,
+    Row,
+    Scale,
+    load_row,
+    row_workdir,
+    select,
+    spec,
+)
+from tx.train import runcard
+from tx.train.monitor import peak_tflops
+
+BENCHMARK_RESULTS = os.path.join(os.path.dirname(CONFIGS), "benchmarks", "results")
+# Padded tokens per sentence assumed for the attention-score FLOPs of a plan (WMT'14 EN-DE
+# sentences average about 27-30 word pieces); those terms are under 2% of the total.
+PLAN_LENGTH = 32
+# MFU assumed when neither --mfu nor a benchmarks/results figure for the hardware exists:
+# the paper's base ran at about 29% of its GPUs' assumed peak and big at about 42%.
+DEFAULT_MFU = 0.35
+
+
+# ---------------------------------------------------------------------------------------
+# Hardware: peak FLOP/s and the MFU to expect, for --plan's wall times.
+
+
+@dataclasses.dataclass(frozen=True)
+class Hardware:
+    name: str
+    devices: int
+    peak_tflops: float  # per device
+    kind: str  # matched against benchmark results' device_kind
+
+
+# --hardware names: GPUs as <kind>x<count> (h100x8); TPUs as Cloud TPU slices (v4-32), whose
+# number counts TensorCores for v2-v4 and v5p (2 per chip) and chips for v5e and v6e.
+# Peaks are dense bf16 per device (tx.train.monitor's table), except P100: the paper's own 9.5
+# TFLOPS single-precision figure, so that a plan for the paper's machine reads like its Table 2.
+GPU_PEAKS = {"p100": 9.5, "v100": 125.0, "a100": 312.0, "h100": 989.0, "h200": 989.0}
+TPU_PEAKS = {"v2": 45.0, "v3": 123.0, "v4": 275.0, "v5p": 459.0, "v5e": 197.0, "v6e": 918.0}
+TPU_CORES_PER_CHIP = {"v2": 2, "v3": 2, "v4": 2, "v5p": 2, "v5e": 1, "v6e": 1}
+
+
+def hardware(name: str | None) -> Hardware:
+    """`--hardware` parsed, or this machine's devices when None."""
+    if not name:
+        device = jax.devices()[0]
+        return Hardware("detected", jax.device_count(), peak_tflops(device), device.device_kind)
+    name = name.lower()
+    gpu = re.fullmatch(r"([a-z]\d+)x(\d+)", name)
+    if gpu and gpu.group(1) in GPU_PEAKS:
+        return Hardware(name, int(gpu.group(2)), GPU_PEAKS[gpu.group(1)], gpu.group(1))
+    tpu = re.fullmatch(r"(v\d[a-z]*)-(\d+)", name.replace("litepod", "e"))
+    if tpu and tpu.group(1) in TPU_PEAKS:
+        kind = tpu.group(1)
+        chips = max(int(tpu.group(2)) // TPU_CORES_PER_CHIP[kind], 1)
+        return Hardware(name, chips, TPU_PEAKS[kind], kind)
+    raise ReproduceError(
+        f"--hardware {name}: give <gpu>x<count> with gpu in {', '.join(GPU_PEAKS)} "
+        f"(h100x8), or a TPU slice such as {', '.join(k + '-8' for k in TPU_CORES_PER_CHIP)}"
+    )
+
+
+def expected_mfu(hw: Hardware, given: float | None) -> tuple[float, str]:
+    """The MFU to plan with and where it comes from."""
+    if given:
+        return given, "--mfu"
+    for path in sorted(glob.glob(os.path.join(BENCHMARK_RESULTS, "train_throughput_*.json"))):
+        with open(path) as f:
+            result = json.load(f)
+        kind = result.get("environment", {}).get("device_kind", "")
+        if result.get("mfu") and hw.kind.lower() in kind.lower():
+            return float(result["mfu"]), os.path.relpath(path, os.path.dirname(CONFIGS))
+    return DEFAULT_MFU, f"assumed (no benchmark result for {hw.kind}; pass --mfu)"
+
+
+# ---------------------------------------------------------------------------------------
+# --plan
+
+
+def _flat(tree: dict, prefix: str = "") -> dict:
+    out = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def changes(cfg: ml_collections.ConfigDict, base: ml_collections.ConfigDict) -> dict:
+    """The config keys (dotted) where `cfg` differs from `base`, with cfg's values."""
+    a, b = _flat(runcard.resolved(cfg)), _flat(runcard.resolved(base))
+    return {
+        k: v
+        for k, v in sorted(a.items())
+        if not k.startswith("reference.") and b.get(k, object()) != v
+    }
+
+
+def commands(cfg, row: Row, scale: Scale, workdir: str, overrides=()) -> list[str]:
+    """The commands a user would type for this row, in order."""
+    extra = "".join(f" --config.{o}" for o in overrides)
+    out = [f"python -m tx train --config {spec(row, scale)} --workdir {workdir}{extra}"]
+    if cfg.decode.average_last > 1:
+        out.append(f"python -m tx average --workdir {workdir} --last {cfg.decode.average_last}")
+    out.append(f"python -m tx evaluate --workdir {workdir} --split {row.split} --json")
+    return out
+
+
+def plan_row(
+    table: int, row: Row, scale: Scale, root: str, hw: Hardware, mfu: float, overrides=()
+) -> dict:
+    cfg = load_row(row, scale, overrides)
+    base = load_row(next(r for r in TABLES[table] if r.name == BASE_ROW[table]), scale, overrides)
+    workdir = row_workdir(root, table, row, scale)
+    mc = model_config(cfg)
+    steps, tokens = cfg.train.num_steps, cfg.data.tokens_per_step
+    flops = steps * train_flops_per_step(mc, tokens, tokens, PLAN_LENGTH, PLAN_LENGTH)
+    ref = cfg.get("reference") or {}
+    return {
+        "table": table,
+        "row": row.name,
+        "config": spec(row, scale),
+        "changes": changes(cfg, base),
+        "workdir": workdir,
+        "commands": commands(cfg, row, scale, workdir, overrides),
+        "split": row.split,
+        "steps": steps,
+        "tokens_per_step": tokens,
+        "params": param_counts(mc)["params"],
+        "paper": {k: v for k, v in ref.items() if v is not None},
+        "model_flops": flops,
+        "expected_hours": flops / (hw.devices * hw.peak_tflops * 1e12 * mfu) / 3600
+        if hw.peak_tflops > 0
+        else None,
+    }
+
+
+def plan(table, rows, scale, root, hw: Hardware, mfu=None, overrides=()) -> dict:
+    mfu, mfu_source = expected_mfu(hw, mfu)
+    return {
+        "table": table,
+        "scale": scale.name,
+        "hardware": dataclasses.asdict(hw),
+        "mfu": mfu,
+        "mfu_source": mfu_source,
+        "plan_length": PLAN_LENGTH,
+        "rows": [plan_row(table, r, scale, root, hw, mfu, overrides) for r in rows],
+    }
+
+
+def format_plan(p: dict) -> str:
+    hw = p["hardware"]
+    lines = [
+        f"Table {p['table']} ({p['scale']} scale) on {hw['devices']} x {hw['kind']} "
+        f"({hw['peak_tflops']:g} TFLOP/s peak each) at MFU {p['mfu']:.2f} ({p['mfu_source']})",
+        "",
+    ]
+    for r in p["rows"]:
+        paper = r["paper"].get("params_m")
+        hours = "?" if r["expected_hours"] is None else f"{r['expected_hours']:.3g} h"
+        change = ", ".join(f"{k}={v}" for k, v in r["changes"].items()) or "(the base)"
+        if len(change) > 160:
+            change = change[:157] + "..."
+        lines += [
+            f"[{r['row']}] {r['config']}: {change}",
+            f"    params {r['params'] / 1e6:.2f}M (paper {paper or '-'}M); {r['steps']} steps x "
+            f"{r['tokens_per_step']} tokens per side; model FLOPs {r['model_flops']:.3g}; "
+            f"expected {hours}",
+            *(f"    $ {c}" for c in r["commands"]),
+        ]
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------
+# --run
+
+
+def finished(workdir: str, row: Row, num_steps: int) -> bool:
+    """Trained to the end and evaluated on the row's split after that."""
+    card = runcard.load(workdir) or {}
+    score = card.get("scores", {}).get(row.split, {})
+    return score.get("trained_steps") == num_steps
+
+
+def run(table, rows, scale, root, overrides=(), say=print) -> list[str]:
+    """Trains, averages and evaluates each row not yet finished; returns the workdirs."""
+    from tx.eval.evaluate import evaluate_split
+    from tx.train.checkpoint import average  # downstream of this module's planning half
+    from tx.train.loop import train
+
+    done = []
+    for row in rows:
+        cfg = load_row(row, scale, overrides)
+        workdir = row_workdir(root, table, row, scale)
+        if _agreed(finished(workdir, row, cfg.train.num_steps)):
+            say(f"[{row.name}] finished before: skipped ({workdir})")
+            done.append(workdir)
+            continue
+        say(f"[{row.name}] {spec(row, scale)} -> {workdir}")
+        train(cfg, workdir)
+        runcard.record(workdir, "reproduce", {"table": table, "row": row.name, "scale": scale.name})
+        if cfg.decode.average_last > 1:
+            average(cfg, workdir)
+        result = evaluate_split(cfg, workdir, row.split)
+        say(f"[{row.name}] {row.split}: " + _scores_line(result))
+        done.append(workdir)
+    return done
+
+
+def _agreed(flag: bool) -> bool:
+    """Process 0's answer on every process: a row is skipped everywhere or nowhere."""
+    if jax.process_count() == 1:
+        return flag
+    import numpy as np
+    from jax.experimental import multihost_utils
+
+    return bool(multihost_utils.broadcast_one_to_all(np.array(flag)))
+
+
+def _scores_line(s: dict) -> str:
+    if "f1" in s:
+        return f"bracketing F1 {s['f1']:.2f}"
+    return f"tokenized BLEU {s['tok_bleu']:.2f}, sacreBLEU {s['bleu']:.2f}"
+
+
+def main(args, overrides) -> int:
+    """`python -m tx reproduce ...` (flags parsed by tx.__main__)."""
+    try:
+        rows = select(args.table, args.rows)
+        scale = Scale(args.scale, args.steps)
+        hw = hardware(args.hardware)
+    except ReproduceError as e:
+        raise ConfigError(str(e)) from e
+    if args.run:
+        run(args.table, rows, scale, args.root, overrides)
+    if args.report or args.run:
+        for path in report(args.table, rows, scale, args.root, args.results):
+            print(f"wrote {path}")
+    if not (args.run or args.report):
+        p = plan(args.table, rows, scale, args.root, hw, args.mfu, overrides)
+        print(json.dumps(p, indent=2) if args.json else format_plan(p))
+    return 0

@@ -1,0 +1,15 @@
+"""The training wing: from a config and data to checkpoints.
+
+    sharding.py      the device mesh, logical axis rules, data shards per process
+    optim.py         Adam with the paper's inverse-square-root warm-up
+    losses.py        label-smoothed cross-entropy, in pieces over the vocabulary
+    trainer.py       the pure, jitted train and eval steps and their sharded state
+    loop.py          the loop: resume, batches, steps, evaluation, checkpoints, summaries
+    checkpoint.py    Orbax checkpoints: save, restore, keep the last N, the averaged store
+    monitor.py       throughput, MFU, progress lines, TensorBoard summaries
+    distributed.py   jax.distributed start-up, barriers, a lost process
+    runcard.py       the run card: what ran, on what, with which code and data
+    aot.py           the train step compiled ahead of time: memory and FLOPs
+
+May import: tx.tokens, tx.model, tx.config, tx.workdir, tx.data and this wing.
+"""

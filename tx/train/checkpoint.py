@@ -1,0 +1,462 @@
+"""Orbax checkpoints: the train state and the data position, saved together, atomically.
+
+Layout under the workdir (paths named in tx.workdir):
+  checkpoints/<step>/state   TrainState (params, optimizer state, step, rng), sharded arrays
+  checkpoints/<step>/data    the data position {"epoch": e, "batch": b} as JSON
+  averaged/<step>/params     parameters averaged over the last N checkpoints (tx average)
+  averaged/<step>/meta       {"averaged_steps": [...]} as JSON
+Orbax writes each step under a temporary name and renames it when complete, so a run killed
+mid-save leaves the previous checkpoints intact and the partial one is ignored.
+
+A checkpoint whose files were damaged on disk (emptied, cut short, overwritten) cannot be
+restored: every read names it and says why (`UnreadableCheckpoint`). Resuming
+(`Checkpointer.restore_newest`) goes back to the newest one that restores and moves the
+unreadable newer ones aside to `checkpoints/<step>.damaged`: kept for inspection, never deleted,
+out of Orbax's view, so neither pruning nor a new save of that step touches them. Pruning
+deletes by age alone and reads nothing: a damaged checkpoint nobody has tried to read goes when
+its turn comes, as any other would. A bit flipped inside array data is not detected (the files
+carry no checksums of the data).
+
+Two kinds of training checkpoint share `checkpoints/`: those written every
+`train.checkpoint_every_steps` steps (and at the last step) are the ones averaged, at the same
+step spacing on any hardware (the paper: every 10 minutes at its 0.4 s/step, i.e. 1,500 steps);
+the time-based ones (`train.checkpoint_every_secs`, SIGTERM) are only for resuming, and only
+the newest of them is kept.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import shutil
+import threading
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import orbax.checkpoint as ocp
+from orbax.checkpoint._src.futures import future as ocp_future
+
+from tx import workdir as wd
+from tx.config import model_config
+from tx.model.counting import abstract_params
+from tx.model.transformer import ModelConfig
+from tx.train import runcard, sharding
+from tx.train.distributed import all_true, barrier, process_lost
+
+DAMAGED_SUFFIX = ".damaged"
+STAGING = ".staging"  # averaged/.staging/<step>: an average being written
+
+
+class UnreadableCheckpoint(RuntimeError):
+    """A checkpoint that cannot be restored; the message names it and says why."""
+
+
+def _why(e: BaseException) -> str:
+    """One line saying why a read failed: TensorStore errors run to kilobytes of JSON."""
+    lines = str(e).strip().splitlines()
+    text = f"{type(e).__name__}: {lines[0] if lines else ''}"
+    return text if len(text) <= 240 else text[:237] + "..."
+
+
+@contextlib.contextmanager
+def _reading(path: str):
+    """Any failure while restoring `path` becomes an UnreadableCheckpoint naming it."""
+    try:
+        yield
+    except UnreadableCheckpoint:
+        raise
+    except Exception as e:  # noqa: BLE001 - Orbax and TensorStore raise many kinds for bad files
+        raise UnreadableCheckpoint(f"{path} cannot be restored ({_why(e)})") from e
+
+
+def check_files(path: str, items: dict[str, str]) -> None:
+    """Checks the files Orbax reads first in the checkpoint directory `path`, so that the usual
+    damage (a file emptied, cut short or overwritten) is named by its file rather than by a
+    TensorStore error. `items` maps each item to its kind: "tree" (arrays) or "json"."""
+    for item, kind in items.items():
+        name = "_METADATA" if kind == "tree" else "metadata"
+        metadata = _read_json(path, os.path.join(item, name))
+        if kind == "tree" and metadata.get("use_ocdbt", False):
+            manifest = os.path.join(path, item, "manifest.ocdbt")
+            if not os.path.isfile(manifest) or os.path.getsize(manifest) == 0:
+                raise UnreadableCheckpoint(
+                    f"{path} cannot be restored ({item}/manifest.ocdbt is missing or empty)"
+                )
+
+
+def _read_json(path: str, name: str) -> dict:
+    try:
+        with open(os.path.join(path, name), "rb") as f:
+            value = json.loads(f.read().decode("utf-8"))
+    except FileNotFoundError:
+        raise UnreadableCheckpoint(f"{path} cannot be restored ({name} is missing)") from None
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise UnreadableCheckpoint(f"{path} cannot be restored ({name} is not JSON)") from None
+    if not isinstance(value, dict):
+        raise UnreadableCheckpoint(f"{path} cannot be restored ({name} is not a JSON object)")
+    return value
+
+
+def _manager(directory: str, async_save: bool = True) -> ocp.CheckpointManager:
+    """Orbax keeps everything; Checkpointer._prune decides what goes."""
+    options = ocp.CheckpointManagerOptions(
+        max_to_keep=None,
+        create=True,
+        enable_async_checkpointing=async_save,
+    )
+    return ocp.CheckpointManager(
+        os.path.abspath(directory), options=options, item_names=("state", "data")
+    )
+
+
+def averaging_steps(steps: list[int], every: int, final_step: int | None = None) -> list[int]:
+    """The steps among `steps` that count for averaging: multiples of `every` and the final
+    step, not the time-based saves in between. `every` = 0 (time-based only): all of them."""
+    if not every:
+        return sorted(steps)
+    return sorted(s for s in steps if s % every == 0 or s == final_step)
+
+
+class Checkpointer:
+    """Saves and restores (state, data position) in `workdir/checkpoints`.
+
+    Keeps the last `keep` averaging checkpoints (see `averaging_steps`) and the newest
+    checkpoint whatever its kind; `keep=None` deletes nothing.
+    """
+
+    def __init__(
+        self,
+        workdir: str,
+        keep: int | None = 20,
+        async_save: bool = True,
+        every_steps: int = 0,
+        final_step: int | None = None,
+    ):
+        self.directory = wd.checkpoints_dir(workdir)
+        self.keep, self.every_steps, self.final_step = keep, every_steps, final_step
+        self.async_save = async_save
+        self.manager = _manager(self.directory, async_save)
+        self._pending = None  # the step whose save may still be running
+
+    def latest_step(self) -> int | None:
+        return self.manager.latest_step()
+
+    def all_steps(self) -> list[int]:
+        return sorted(self.manager.all_steps())
+
+    def save(self, step: int, state, data_position: dict) -> None:
+        """Starts an (asynchronous) save; `wait()` blocks until it is on disk.
+
+        A save that fails (a full disk, say) raises tx.workdir.WriteFailed naming its checkpoint,
+        here or from the next `save` / `wait`; Orbax writes under a temporary name, so nothing
+        partial is ever a step, and the checkpoints before it are intact.
+        """
+        self.wait()  # the previous save's failure is reported as its own
+        with self._writing(step):
+            self.manager.save(
+                step,
+                args=ocp.args.Composite(
+                    state=ocp.args.StandardSave(state), data=ocp.args.JsonSave(dict(data_position))
+                ),
+                force=True,
+            )
+        self._pending = step
+
+    @contextlib.contextmanager
+    def _writing(self, step: int):
+        try:
+            yield
+        except Exception as e:  # noqa: BLE001 - TensorStore reports a full disk as ValueError
+            if (lost := process_lost(e)) is not None:  # not a write that failed: a peer died
+                raise lost from e
+            self._renew_manager()
+            raise wd.WriteFailed(
+                f"checkpoint {self.path(step)} was not written ({_why(e)}); "
+                "the checkpoints before it are intact"
+            ) from e
+
+    def _renew_manager(self) -> None:
+        """After a failed save: Orbax's manager listed the step when the save began, and its
+        background threads keep the failure, to raise it again from any later call (a restore
+        would then blame another checkpoint). A new manager reads the steps from disk."""
+        with contextlib.suppress(Exception):
+            self.manager.close()
+        _join_commit_threads()
+        self.manager = _manager(self.directory, self.async_save)
+
+    def wait(self) -> None:
+        """Blocks until the pending save is on disk, then prunes: only a checkpoint known to be
+        complete may count towards deleting an older one."""
+        step, self._pending = self._pending, None
+        if step is None:  # nothing saved since: nothing to prune for
+            return
+        with self._writing(step):
+            self.manager.wait_until_finished()
+        self._prune()
+
+    def _prune(self) -> None:
+        if self.keep is None:
+            return
+        steps = self.all_steps()
+        if not steps:
+            return
+        kept = set(averaging_steps(steps, self.every_steps, self.final_step)[-self.keep :])
+        kept.add(steps[-1])
+        for step in steps:
+            if step not in kept:
+                self.manager.delete(step)
+
+    def path(self, step: int) -> str:
+        return os.path.join(self.directory, str(step))
+
+    def restore(self, step: int, abstract_state):
+        """(state, data position) of `step`, laid out as `abstract_state`'s shardings say.
+
+        `abstract_state` is a tree of jax.ShapeDtypeStruct with shardings, so a checkpoint
+        written on one mesh restores onto another. UnreadableCheckpoint if it cannot be read.
+        """
+        check_files(self.path(step), {"state": "tree", "data": "json"})
+        with _reading(self.path(step)):
+            restored = self.manager.restore(
+                step,
+                args=ocp.args.Composite(
+                    state=ocp.args.StandardRestore(abstract_state), data=ocp.args.JsonRestore()
+                ),
+            )
+            return restored["state"], dict(restored["data"])
+
+    def restore_newest(self, abstract_state):
+        """(step, state, data position) of the newest checkpoint that restores, or None if
+        there is none. Newer ones that cannot be restored are moved aside (`_set_aside`) with
+        a warning; if none restores, UnreadableCheckpoint lists them all and nothing is moved.
+        """
+        unreadable = []
+        for step in reversed(self.all_steps()):
+            try:
+                restored, why = self.restore(step, abstract_state), None
+            except UnreadableCheckpoint as e:
+                restored, why = None, str(e)
+            # Every process resumes from the same step, even if only one could not read it.
+            if all_true(why is None):
+                for bad, reason in unreadable:
+                    self._set_aside(bad, reason)
+                return (step, *restored)
+            unreadable.append((step, why or f"{self.path(step)}: another process cannot read it"))
+        if unreadable:
+            raise UnreadableCheckpoint(
+                f"no checkpoint in {self.directory} can be restored; tried: "
+                + "; ".join(why for _, why in unreadable)
+                + ". Nothing was changed: move the directory aside to train from scratch"
+            )
+        return None
+
+    def _set_aside(self, step: int, why: str) -> None:
+        """Renames an unreadable checkpoint to `<step>.damaged`: kept, but no longer a step
+        (a new save of that step would otherwise collide with it)."""
+        target = self.path(step) + DAMAGED_SUFFIX
+        n = 1
+        while os.path.exists(target):  # damaged at this step before: keep both
+            target, n = f"{self.path(step)}{DAMAGED_SUFFIX}.{n}", n + 1
+        if jax.process_index() == 0:
+            os.rename(self.path(step), target)
+        logging.warning("%s; moved it to %s (kept, not deleted)", why, target)
+        barrier(f"tx-set-aside-{step}")
+        self.manager.reload()
+
+    def restore_params(self, step: int, abstract_params):
+        """Only the parameters of `step`, laid out as `abstract_params` says: the optimizer
+        state is not read (inference and averaging need no optimizer)."""
+        item = {"params": abstract_params}
+        check_files(self.path(step), {"state": "tree"})
+        with _reading(self.path(step)):
+            restored = ocp.PyTreeCheckpointer().restore(
+                os.path.join(os.path.abspath(self.path(step)), "state"),
+                args=ocp.args.PyTreeRestore(
+                    item=item,
+                    restore_args=ocp.checkpoint_utils.construct_restore_args(item),
+                    partial_restore=True,
+                ),
+            )
+            return restored["params"]
+
+    def close(self) -> None:
+        try:
+            self.wait()
+        finally:
+            self.manager.close()
+
+
+def save_params(workdir: str, step: int, params, sources: list[int]) -> str:
+    """Writes averaged parameters as `workdir/averaged/<step>` and returns that path.
+
+    They are written whole under `averaged/.staging/` (not a step) and then renamed into
+    place, so a write that fails (tx.workdir.WriteFailed) leaves an earlier `averaged/<step>` as
+    it was.
+    """
+    final = os.path.join(wd.averaged_dir(workdir), str(step))
+    staging = os.path.join(wd.averaged_dir(workdir), STAGING)
+    if jax.process_index() == 0:  # left by an earlier attempt that failed: ours to remove
+        shutil.rmtree(os.path.join(staging, str(step)), ignore_errors=True)
+    barrier("tx-average-staging")
+    manager = ocp.CheckpointManager(
+        os.path.abspath(staging),
+        options=ocp.CheckpointManagerOptions(
+            max_to_keep=None, create=True, enable_async_checkpointing=False
+        ),
+        item_names=("params", "meta"),
+    )
+    try:
+        manager.save(
+            step,
+            args=ocp.args.Composite(
+                params=ocp.args.StandardSave(params),
+                meta=ocp.args.JsonSave({"averaged_steps": sources}),
+            ),
+            force=True,
+        )
+        manager.wait_until_finished()
+    except Exception as e:  # noqa: BLE001 - TensorStore reports a full disk as ValueError
+        raise wd.WriteFailed(
+            f"averaged checkpoint {final} was not written ({_why(e)}); "
+            "any earlier one there is intact"
+        ) from e
+    finally:
+        manager.close()
+    if jax.process_index() == 0:
+        _replace_dir(os.path.join(staging, str(step)), final)
+    barrier("tx-average-placed")
+    return final
+
+
+# Bounds the wait for a failed save's other writes; each is one file of one checkpoint.
+COMMIT_JOIN_TIMEOUT_SECS = 300.0
+
+
+def _join_commit_threads() -> None:
+    """Waits for the writes of a failed save that are still running.
+
+    Orbax reports a save's first failed write (ChainedFuture.result stops at it) while the others
+    go on in their own threads. A retry of that step would remove and recreate the temporary
+    directory those threads still write to (CI saw the retry's rmtree lose a TensorStore lock
+    file to them), so nothing touches the step again until they end.
+    """
+    for thread in threading.enumerate():
+        if isinstance(thread, ocp_future._SignalingThread):  # noqa: SLF001 - Orbax's commit threads
+            with contextlib.suppress(Exception):  # its failure is the one already reported
+                thread.join(COMMIT_JOIN_TIMEOUT_SECS)
+            if thread.is_alive():
+                raise wd.WriteFailed(
+                    f"a failed checkpoint write ({thread.name}) was still running after "
+                    f"{COMMIT_JOIN_TIMEOUT_SECS:.0f} s"
+                )
+
+
+def _replace_dir(new: str, final: str) -> None:
+    """Moves the directory `new` to `final`, replacing what is there (two renames: there is no
+    atomic swap of non-empty directories)."""
+    old = final + ".replaced"
+    shutil.rmtree(old, ignore_errors=True)
+    if os.path.exists(final):
+        os.rename(final, old)
+    os.rename(new, final)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def averaged_steps(workdir: str) -> list[int]:
+    path = wd.averaged_dir(workdir)
+    if not os.path.isdir(path):
+        return []
+    manager = _manager_read(path, ("params", "meta"))
+    return sorted(manager.all_steps())
+
+
+def _manager_read(path: str, items) -> ocp.CheckpointManager:
+    return ocp.CheckpointManager(
+        os.path.abspath(path),
+        options=ocp.CheckpointManagerOptions(create=False, read_only=True),
+        item_names=items,
+    )
+
+
+def restore_averaged(workdir: str, step: int, abstract_params):
+    path = os.path.join(wd.averaged_dir(workdir), str(step))
+    check_files(path, {"params": "tree", "meta": "json"})
+    manager = _manager_read(wd.averaged_dir(workdir), ("params", "meta"))
+    with _reading(path):
+        restored = manager.restore(
+            step,
+            args=ocp.args.Composite(
+                params=ocp.args.StandardRestore(abstract_params), meta=ocp.args.JsonRestore()
+            ),
+        )
+        return restored["params"], dict(restored["meta"])
+
+
+def param_target(model_cfg: ModelConfig, layout: sharding.Layout):
+    """The parameters as ShapeDtypeStructs with their shardings on `layout`: what inference
+    and averaging restore into (no optimizer is built, no memory allocated)."""
+    return layout.placed(abstract_params(model_cfg))
+
+
+def average(cfg: ml_collections.ConfigDict, workdir: str, last: int | None = None):
+    """`tx average`: the last `last` (default `decode.average_last`) averaging checkpoints of
+    `workdir` -> workdir/averaged/<step>; returns (path, averaged steps)."""
+    target = param_target(model_config(cfg), sharding.layout(cfg.mesh))
+    t = cfg.train
+    last = cfg.decode.average_last if last is None else last
+    path, steps = average_last(workdir, last, target, t.checkpoint_every_steps, t.num_steps)
+    runcard.record_average(workdir, path, steps)
+    return path, steps
+
+
+def average_last(
+    workdir: str, last: int, abstract_params, every: int = 0, final_step: int | None = None
+) -> tuple[str, list[int]]:
+    """Averages the parameters of the last `last` averaging checkpoints (those every `every`
+    steps and the final one; see `averaging_steps`) into `workdir/averaged/<step>`.
+
+    `abstract_params` (ShapeDtypeStructs with shardings) says how to lay the arrays out, so
+    sharded parameters are averaged shard by shard on their devices; the optimizer state is
+    never read.
+    """
+    ckpt = Checkpointer(workdir, keep=None, async_save=False)
+    steps = averaging_steps(ckpt.all_steps(), every, final_step)
+    if not steps:
+        raise FileNotFoundError(f"no checkpoints to average in {ckpt.directory}")
+    if last < 1:
+        raise ValueError(f"--last must be >= 1, got {last}")
+    chosen = steps[-last:]
+    if _already_averaged(workdir, chosen, abstract_params):  # e.g. `make demo` run twice
+        ckpt.close()
+        return os.path.join(wd.averaged_dir(workdir), str(chosen[-1])), chosen
+    total, unreadable = None, []
+    for step in chosen:  # a running sum: memory stays at two parameter trees
+        try:
+            params = ckpt.restore_params(step, abstract_params)
+        except UnreadableCheckpoint as e:  # go on: name every unreadable input at once
+            unreadable.append(str(e))
+            continue
+        params32 = jax.tree_util.tree_map(lambda x: x.astype(jnp.float32), params)
+        total = params32 if total is None else jax.tree_util.tree_map(jnp.add, total, params32)
+    ckpt.close()
+    if unreadable:
+        raise UnreadableCheckpoint("not averaging: " + "; ".join(unreadable))
+    n = len(chosen)
+    mean = jax.tree_util.tree_map(lambda t, a: (t / n).astype(a.dtype), total, abstract_params)
+    return save_params(workdir, chosen[-1], mean, chosen), chosen
+
+
+def _already_averaged(workdir: str, chosen: list[int], abstract_params) -> bool:
+    """Whether averaged/<last chosen step> holds the average of exactly `chosen`; one that
+    cannot be read is not (it is replaced, with a warning: it is derived data)."""
+    if chosen[-1] not in averaged_steps(workdir):
+        return False
+    try:
+        _, meta = restore_averaged(workdir, chosen[-1], abstract_params)
+    except UnreadableCheckpoint as e:
+        logging.warning("%s; averaging again", e)
+        return False
+    return meta["averaged_steps"] == chosen

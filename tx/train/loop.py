@@ -1,0 +1,317 @@
+"""The training loop: resume, step, watch, evaluate, checkpoint, stop cleanly.
+
+    train(cfg, workdir) -> final metrics
+
+On start the latest checkpoint in `workdir` that can be read is restored (state and data
+position) onto the current mesh, whatever mesh wrote it; unreadable newer ones are set aside
+(tx.train.checkpoint). SIGTERM / SIGINT save a checkpoint and return; a
+non-finite loss raises `Diverged` naming the step, leaving earlier checkpoints intact.
+The steps themselves are tx.train.trainer's; the paths and checks of the workdir, tx.workdir's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+import signal
+import time
+from collections.abc import Callable
+
+import jax
+import ml_collections
+import numpy as np
+from jax.experimental import multihost_utils
+
+from tx import workdir as wd
+from tx.data import dataset
+from tx.data.pipeline import POSITION_KEY, BatchSpec, PlannedBatch, eval_batches, materialize
+from tx.data.token_cache import TokenizedSplit
+from tx.data.tokenizer import check_vocabulary
+from tx.model.counting import train_flops_per_step
+from tx.train import trainer as trainer_lib
+from tx.train.checkpoint import Checkpointer
+from tx.train.distributed import barrier, process_lost
+from tx.train.monitor import Progress, Summaries, Throughput, peak_tflops
+from tx.train.runcard import Segment
+
+
+class Diverged(RuntimeError):
+    """The loss or gradient became NaN or Inf."""
+
+
+def is_main() -> bool:
+    return jax.process_index() == 0
+
+
+class StopSignal:
+    """Turns SIGTERM / SIGINT into a flag the loop checks after each step."""
+
+    def __init__(self):
+        self.received = None
+        self._old = {}
+
+    def __enter__(self):
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            try:
+                self._old[sig] = signal.signal(sig, self._handle)
+            except ValueError:  # not the main thread: leave signals alone
+                pass
+        return self
+
+    def _handle(self, signum, frame):
+        self.received = signal.Signals(signum).name
+
+    def __exit__(self, *exc):
+        for sig, old in self._old.items():
+            signal.signal(sig, old)
+
+
+def _sync_flags(*flags: bool) -> tuple[bool, ...]:
+    """Each flag true on every process if it is true on any: one collective for all of them
+    (only needed with several processes)."""
+    if jax.process_count() == 1:
+        return flags
+    gathered = multihost_utils.process_allgather(np.array(flags, bool))  # [processes, n]
+    return tuple(bool(x) for x in np.asarray(gathered).reshape(-1, len(flags)).any(0))
+
+
+@dataclasses.dataclass
+class _Run:
+    """What the loop works with, built once by `train`."""
+
+    cfg: ml_collections.ConfigDict
+    trainer: trainer_lib.Trainer
+    ckpt: Checkpointer
+    spec: BatchSpec
+    progress: Progress
+    summaries: Summaries
+    dev: TokenizedSplit | None  # dev token ids, when dev loss is evaluated
+    bleu_hook: Callable[[object], dict] | None
+    card: Segment  # this invocation's entry in the run card
+    peak: float  # TFLOP/s of one device, for MFU
+
+
+def evaluate_loss(trainer, eval_fn, params, ids: TokenizedSplit, data, spec: BatchSpec) -> dict:
+    """Dev loss, per-token perplexity and accuracy over EVERY pair of the split."""
+    lengths = np.maximum(ids.src_lengths, ids.tgt_lengths)
+    totals = {"loss": 0.0, "nll": 0.0, "correct": 0.0, "weight": 0.0}
+    unpacked = dataclasses.replace(spec, pack=False)
+    for length, idx in eval_batches(
+        lengths, data.tokens_per_step, tuple(data.bucket_lengths), spec.row_multiple
+    ):
+        planned = PlannedBatch(length, [[int(i)] if i >= 0 else [] for i in idx])
+        local = materialize(planned, ids, unpacked)
+        sums = eval_fn(params, trainer.layout.global_batch(local))
+        for k in totals:
+            totals[k] += float(sums[k])
+    w = max(totals["weight"], 1.0)
+    return {
+        "dev_loss": totals["loss"] / w,
+        "dev_perplexity": math.exp(totals["nll"] / w),
+        "dev_accuracy": totals["correct"] / w,
+    }
+
+
+def train(
+    cfg: ml_collections.ConfigDict, workdir: str, progress_stream=None, bleu_hook=None
+) -> dict:
+    """Trains until `cfg.train.num_steps`, or until stopped; returns the last metrics.
+
+    `bleu_hook(params) -> dict of scores`, when given, runs every
+    `train.eval_bleu_every_steps` (see tx.eval.evaluate.dev_bleu_hook: decoding lives downstream).
+    """
+    t = cfg.train
+    wd.check_config(cfg, workdir)
+    tokenizer = prepare_data(cfg, workdir)
+    check_vocabulary(workdir, tokenizer)
+    trainer = trainer_lib.build(cfg)
+    ckpt = Checkpointer(workdir, t.keep_checkpoints, True, t.checkpoint_every_steps, t.num_steps)
+    state, position = _restore_or_init(trainer, ckpt, t.seed)
+    peak = peak_tflops(configured=t.peak_tflops)
+    card = Segment(cfg, workdir, int(state.step), peak)
+    spec = dataset.batch_spec(
+        cfg.data,
+        trainer.layout.data_shards * t.micro_batches,
+        trainer.layout.process_rows,
+    )
+    stream, counts = dataset.train_stream(cfg.data, workdir, tokenizer, spec, position)
+    progress = Progress(t.num_steps, is_main(), progress_stream)
+    progress.message(
+        f"tx: {json.dumps(counts)} | mesh {dict(trainer.mesh.shape)} | rows per step by "
+        f"length {stream.rows} | start step {int(state.step)}"
+    )
+    dev = dataset.split_ids(cfg.data, workdir, tokenizer, "dev") if t.eval_every_steps else None
+    summaries = Summaries(wd.tensorboard_dir(workdir), is_main())
+    run = _Run(cfg, trainer, ckpt, spec, progress, summaries, dev, bleu_hook, card, peak)
+    lost = None
+    try:
+        return _loop(run, state, stream)
+    except Exception as e:
+        lost = process_lost(e)
+        if lost is not None:
+            raise lost from e
+        raise
+    finally:
+        if lost is None:  # else Orbax would wait at a barrier for the dead process
+            ckpt.close()
+        summaries.close()
+
+
+def prepare_data(cfg: ml_collections.ConfigDict, workdir: str):
+    """Vocabulary and token caches, built once by process 0 while the others wait."""
+    if is_main():
+        tokenizer = dataset.vocabulary(cfg.data, workdir)
+        dataset.split_ids(cfg.data, workdir, tokenizer, "train")
+        if cfg.train.eval_every_steps:
+            dataset.split_ids(cfg.data, workdir, tokenizer, "dev")
+    barrier("tx-prepare-data")
+    return dataset.vocabulary(cfg.data, workdir)
+
+
+def _restore_or_init(trainer, ckpt: Checkpointer, seed: int):
+    """The newest checkpoint that restores (see Checkpointer.restore_newest), else a new state."""
+    restored = ckpt.restore_newest(trainer_lib.abstract_train_state(trainer))
+    if restored is None:
+        return trainer_lib.create_train_state(trainer, seed), None
+    step, state, position = restored
+    logging.info("resuming from %s step %d", ckpt.directory, step)
+    return state, position
+
+
+def _loop(run: _Run, state, stream) -> dict:
+    t = run.cfg.train
+    step_fn = trainer_lib.jit_train_step(run.trainer)
+    eval_fn = trainer_lib.jit_eval_step(run.trainer)
+    mc = run.trainer.model.config
+    throughput = Throughput(jax.device_count(), run.peak)
+    batches = dataset.prefetch(stream)
+    step = int(state.step)
+    started = last_save = time.monotonic()
+    last = {}
+    window = _Window(lambda s, g, ls, lt: train_flops_per_step(mc, s, g, ls, lt))
+    with StopSignal() as stop:
+        while step < t.num_steps:
+            local = next(batches)
+            position = _take_position(local)
+            state, metrics = step_fn(state, run.trainer.layout.global_batch(local))
+            step += 1
+            window.add(step, metrics, (local["inputs"].shape[1], local["targets"].shape[1]))
+            if step % t.log_every_steps == 0 or step == t.num_steps:
+                last = _report(window, throughput, run.progress, run.summaries, step)
+            if t.eval_every_steps and run.dev is not None and step % t.eval_every_steps == 0:
+                window.check()
+                dev = _dev_eval(run, eval_fn, state, step)
+                last.update(dev)
+                run.card.note(dev={"step": step, **{k: round(v, 6) for k, v in dev.items()}})
+            if run.bleu_hook and t.eval_bleu_every_steps and step % t.eval_bleu_every_steps == 0:
+                window.check()
+                last.update(_dev_bleu(run, state, step))
+            due = (t.checkpoint_every_steps and step % t.checkpoint_every_steps == 0) or (
+                t.checkpoint_every_secs and time.monotonic() - last_save >= t.checkpoint_every_secs
+            )
+            stopping, due = _sync_flags(stop.received is not None, bool(due))
+            if due or stopping or step == t.num_steps:
+                window.check()  # never save a state after a non-finite step
+                run.ckpt.save(step, state, position)
+                last_save = time.monotonic()
+                run.card.update(step, last_save - started, *window.totals())
+            if stopping:
+                run.progress.message(f"tx: {stop.received or 'stop'} received: saved step {step}")
+                break
+    window.check()
+    run.ckpt.wait()
+    return {**last, "step": step}
+
+
+def _take_position(local: dict) -> dict:
+    """The data position after this batch, carried through the prefetcher with the batch."""
+    pos = local.pop(POSITION_KEY)
+    return {"epoch": int(pos[0, 0]), "batch": int(pos[0, 1])}
+
+
+class _Window:
+    """Metrics of the steps since the last report, fetched lazily (no per-step sync).
+
+    `flops_fn(src_tokens, tgt_tokens, src_len, tgt_len)` gives a step's model FLOPs.
+    """
+
+    def __init__(self, flops_fn):
+        self.flops_fn = flops_fn
+        self.items = []  # (step, metrics, (padded source length, padded target length))
+        self.drained = (0.0, 0.0, 0.0)  # real source, target tokens and FLOPs reported so far
+
+    def add(self, step, metrics, lengths):
+        self.items.append((step, metrics, lengths))
+        # Look at the step before this one: it has finished while this one was dispatched.
+        if len(self.items) >= 2:
+            self._check_one(*self.items[-2][:2])
+
+    @staticmethod
+    def _check_one(step, metrics):
+        if not bool(metrics["finite"]):
+            raise Diverged(
+                f"non-finite loss or gradient at step {step} (loss sum "
+                f"{float(metrics['loss'])}); the last checkpoint before it is intact"
+            )
+
+    def check(self):
+        if self.items:
+            self._check_one(*self.items[-1][:2])
+
+    def _sums(self) -> tuple[dict, float]:
+        """Sums over the pending steps of the scalar metrics, and their model FLOPs."""
+        keys = ("loss", "nll", "weight", "src_tokens")
+        per_step = [({k: float(m[k]) for k in keys}, lengths) for _, m, lengths in self.items]
+        sums = {k: sum(m[k] for m, _ in per_step) for k in keys}
+        flops = sum(self.flops_fn(m["src_tokens"], m["weight"], *ls) for m, ls in per_step)
+        return sums, flops
+
+    def totals(self) -> tuple[float, float, float]:
+        """Real source and target tokens and model FLOPs of every step added so far."""
+        sums, flops = self._sums()
+        src, tgt, done = self.drained
+        return src + sums["src_tokens"], tgt + sums["weight"], done + flops
+
+    def drain(self, throughput) -> dict:
+        """Mean loss, perplexity, real tokens per step (global), speed and MFU; resets."""
+        self.check()
+        sums, flops = self._sums()
+        src, tgt, done = self.drained
+        self.drained = (src + sums["src_tokens"], tgt + sums["weight"], done + flops)
+        lr = float(self.items[-1][1]["learning_rate"])
+        n, self.items = len(self.items), []
+        w = max(sums["weight"], 1.0)
+        return {
+            "loss": sums["loss"] / w,
+            "perplexity": math.exp(sums["nll"] / w),
+            "learning_rate": lr,
+            "src_tokens_per_step": sums["src_tokens"] / n,
+            "tgt_tokens_per_step": sums["weight"] / n,
+            **throughput.report(n, sums["src_tokens"] + sums["weight"], flops),
+        }
+
+
+def _report(window, throughput, progress, summaries, step) -> dict:
+    metrics = window.drain(throughput)
+    progress.update(step, metrics)
+    summaries.scalars(step, {"train/" + k: v for k, v in metrics.items()})
+    return metrics
+
+
+def _dev_eval(run: _Run, eval_fn, state, step: int) -> dict:
+    result = evaluate_loss(run.trainer, eval_fn, state.params, run.dev, run.cfg.data, run.spec)
+    run.progress.message(
+        f"step {step}: dev loss {result['dev_loss']:.3f} | dev perplexity "
+        f"{result['dev_perplexity']:.2f} | dev accuracy {result['dev_accuracy']:.3f}"
+    )
+    run.summaries.scalars(step, {k.replace("dev_", "dev/"): v for k, v in result.items()})
+    return result
+
+
+def _dev_bleu(run: _Run, state, step: int) -> dict:
+    scores = run.bleu_hook(state.params)
+    run.progress.message(f"step {step}: " + " | ".join(f"{k} {v:.2f}" for k, v in scores.items()))
+    run.summaries.scalars(step, {f"dev/{k}": v for k, v in scores.items()})
+    return {f"dev_{k}": v for k, v in scores.items()}

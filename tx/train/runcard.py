@@ -1,0 +1,269 @@
+"""The run card: what a run was, on what, for how long, and what it scored.
+
+    W/run_card.json   the record (written by train, completed by average and evaluate)
+    W/run_card.md     the same, short, for people
+
+Every `train` segment (a fresh start or a resume) appends one entry to `segments`: the code
+(git commit, dirty flag), the packages, the hardware, the steps it added, the real tokens it
+trained on, its wall time and its model FLOPs. The entry is rewritten at every checkpoint, so
+a segment that is killed counts up to its last checkpoint: exactly the steps the next segment
+resumes from (time spent after that checkpoint is lost work and is not counted).
+`average` records which checkpoints it averaged; `evaluate` records every score with its
+exact recipe and signature. tx.paper.reproduce builds its tables from run cards only.
+"""
+
+from __future__ import annotations
+
+import datetime
+import functools
+import hashlib
+import importlib.metadata
+import json
+import os
+import platform
+import subprocess
+
+import jax
+import ml_collections
+
+from tx import workdir as wd
+
+FORMAT = 1
+PACKAGES = (
+    "jax",
+    "jaxlib",
+    "flax",
+    "optax",
+    "orbax-checkpoint",
+    "tensorflow",
+    "tensorflow-datasets",
+    "sentencepiece",
+    "sacrebleu",
+    "sacremoses",
+    "numpy",
+)
+
+
+def config_hash(config: dict) -> str:
+    """sha256 of the resolved config as canonical JSON: equal configs, equal hashes."""
+    text = json.dumps(config, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def resolved(cfg: ml_collections.ConfigDict) -> dict:
+    """The config as plain JSON data (references resolved, tuples as lists): what config.json
+    holds."""
+    return json.loads(cfg.to_json_best_effort())
+
+
+@functools.cache
+def code_version() -> dict:
+    """The git commit of the tx source tree and whether it had uncommitted changes."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+    def git(*args):
+        out = subprocess.run(
+            ["git", "-C", root, *args], capture_output=True, text=True, timeout=30, check=False
+        )
+        return out.stdout.strip() if out.returncode == 0 else None
+
+    try:
+        commit = git("rev-parse", "HEAD")
+        status = git("status", "--porcelain", "--untracked-files=no")
+    except (OSError, subprocess.SubprocessError):  # no git on this machine
+        commit = status = None
+    return {"commit": commit, "dirty": None if status is None else bool(status)}
+
+
+def packages() -> dict:
+    versions = {"python": platform.python_version()}
+    for name in PACKAGES:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            versions[name] = None
+    return versions
+
+
+def hardware() -> dict:
+    device = jax.devices()[0]
+    return {
+        "platform": device.platform,
+        "device_kind": device.device_kind,
+        "devices": jax.device_count(),
+        "processes": jax.process_count(),
+        "host": platform.node(),
+    }
+
+
+def load(workdir: str) -> dict | None:
+    path = wd.run_card_file(workdir)
+    if not os.path.exists(path):
+        return None
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def _save(workdir: str, card: dict) -> None:
+    """Writes the card (JSON and markdown) atomically; process 0 only."""
+    if jax.process_index() != 0:
+        return
+    # A segment that has not trained a step yet (or found the run finished) is not written.
+    segments = [s for s in card["segments"] if s["end_step"] > s["start_step"]]
+    card = dict(card, segments=segments)
+    card["totals"] = totals(card)
+    wd.write_atomic(wd.run_card_file(workdir), json.dumps(card, indent=2, sort_keys=True) + "\n")
+    wd.write_atomic(wd.run_card_markdown(workdir), markdown(card))
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+class Segment:
+    """One `train` invocation's entry, updated in place as it goes."""
+
+    def __init__(self, cfg: ml_collections.ConfigDict, workdir: str, start_step: int, peak: float):
+        self.workdir = workdir
+        config = resolved(cfg)
+        card = load(workdir) or {"format": FORMAT, "segments": []}
+        card.update(config=config, config_hash=config_hash(config))
+        # A resume from step s replaces whatever earlier segments claimed beyond s.
+        card["segments"] = [_clip(s, start_step) for s in card["segments"]]
+        self.entry = {
+            "started": _now(),
+            **code_version(),
+            "packages": packages(),
+            "hardware": hardware(),
+            "peak_tflops_per_device": peak,
+            "start_step": start_step,
+            "end_step": start_step,
+            "wall_secs": 0.0,
+            "src_tokens": 0.0,
+            "tgt_tokens": 0.0,
+            "model_flops": 0.0,
+        }
+        card["segments"].append(self.entry)
+        self.card = card
+        _save(workdir, card)
+
+    def note(self, **items) -> None:
+        """Top-level entries (e.g. the last dev evaluation), written with the next update."""
+        self.card.update(items)
+
+    def update(self, step: int, wall_secs: float, src: float, tgt: float, flops: float):
+        """Totals of this segment up to `step` (a step that has just been checkpointed)."""
+        self.entry.update(
+            end_step=step,
+            wall_secs=round(wall_secs, 3),
+            src_tokens=src,
+            tgt_tokens=tgt,
+            model_flops=flops,
+        )
+        _save(self.workdir, self.card)
+
+
+def _clip(segment: dict, step: int) -> dict:
+    """An earlier segment as seen from a resume at `step`: steps past it never happened.
+
+    A segment only ends beyond a resume point if its later checkpoints were lost; its
+    token and time totals are then scaled down to the steps that remain (an estimate,
+    marked as such)."""
+    if segment["end_step"] <= step:
+        return segment
+    kept = max(step - segment["start_step"], 0)
+    done = max(segment["end_step"] - segment["start_step"], 1)
+    scale = kept / done
+    clipped = dict(segment, end_step=max(step, segment["start_step"]), clipped=True)
+    for key in ("wall_secs", "src_tokens", "tgt_tokens", "model_flops"):
+        clipped[key] = segment[key] * scale
+    return clipped
+
+
+def totals(card: dict) -> dict:
+    """Steps, real tokens, wall time, device time, model FLOPs and mean MFU over all segments.
+
+    `cost_flops_paper_way` is Table 2's training cost: time x devices x each device's
+    assumed peak (the paper used sustained single-precision rates of its GPUs; we use the
+    dense bf16 peak of tx.train.monitor's table, or the CPU's fp32 estimate)."""
+    segs = card.get("segments", [])
+    device_secs = sum(s["wall_secs"] * s["hardware"]["devices"] for s in segs)
+    peak_flops = sum(
+        s["wall_secs"] * s["hardware"]["devices"] * s["peak_tflops_per_device"] * 1e12 for s in segs
+    )
+    flops = sum(s["model_flops"] for s in segs)
+    return {
+        "steps": max((s["end_step"] for s in segs), default=0),
+        "src_tokens": sum(s["src_tokens"] for s in segs),
+        "tgt_tokens": sum(s["tgt_tokens"] for s in segs),
+        "wall_secs": sum(s["wall_secs"] for s in segs),
+        "device_secs": device_secs,
+        "model_flops": flops,
+        "cost_flops_paper_way": peak_flops,
+        "mean_mfu": flops / peak_flops if peak_flops > 0 else None,
+        "segments": len(segs),
+    }
+
+
+def record(workdir: str, key: str, value) -> None:
+    """Sets one top-level entry of the card."""
+    card = load(workdir) or {"format": FORMAT, "segments": []}
+    card[key] = value
+    _save(workdir, card)
+
+
+def record_average(workdir: str, path: str, steps: list[int]) -> None:
+    """`average`: which checkpoints went into the averaged parameters."""
+    record(workdir, "average", {"path": path, "steps": list(steps), "time": _now()})
+
+
+def record_scores(workdir: str, split: str, scores: dict) -> None:
+    """`evaluate`: every score of `split` with its recipe, signature and checkpoint, and how
+    many steps the run had trained when it was scored."""
+    card = load(workdir) or {"format": FORMAT, "segments": []}
+    trained = totals(card)["steps"]
+    card.setdefault("scores", {})[split] = {**scores, "trained_steps": trained, "time": _now()}
+    _save(workdir, card)
+
+
+def markdown(card: dict) -> str:
+    """A short human summary of the card."""
+    t = card.get("totals") or totals(card)
+    cfg = card.get("config", {})
+    model = cfg.get("model", {})
+    lines = [
+        "# Run card",
+        "",
+        f"- config sha256 `{card.get('config_hash', '?')[:16]}`; model d_model "
+        f"{model.get('d_model')}, layers {model.get('num_layers')}, heads "
+        f"{model.get('num_heads')}, d_ff {model.get('d_ff')}",
+        f"- steps {t['steps']} in {len(card.get('segments', []))} segment(s); real tokens "
+        f"{t['src_tokens']:.4g} source + {t['tgt_tokens']:.4g} target",
+        f"- wall time {t['wall_secs'] / 3600:.3g} h, {t['device_secs'] / 3600:.3g} device-hours; "
+        f"model FLOPs {t['model_flops']:.3g}; cost the paper's way {t['cost_flops_paper_way']:.3g}"
+        + (f"; mean MFU {t['mean_mfu']:.3f}" if t["mean_mfu"] is not None else ""),
+    ]
+    for s in card.get("segments", []):
+        hw = s["hardware"]
+        dirty = " (dirty)" if s.get("dirty") else ""
+        lines.append(
+            f"- segment {s['start_step']}->{s['end_step']}: {hw['devices']} x "
+            f"{hw['device_kind']} ({hw['processes']} process(es)), commit "
+            f"{(s.get('commit') or 'unknown')[:10]}{dirty}, {s['wall_secs']:.0f} s"
+        )
+    if "dev" in card:
+        d = card["dev"]
+        lines.append(f"- dev at step {d['step']}: perplexity {d['dev_perplexity']:.3f}")
+    if "average" in card:
+        lines.append(f"- averaged checkpoints {card['average']['steps']}")
+    for split, s in sorted(card.get("scores", {}).items()):
+        parts = [f"checkpoint {s.get('checkpoint')}"]
+        if "bleu" in s:
+            parts.append(f"sacreBLEU {s['bleu']:.2f} ({s.get('bleu_signature')})")
+            parts.append(f"tokenized BLEU {s['tok_bleu']:.2f} ({s.get('tok_bleu_recipe')})")
+        if "perplexity" in s:
+            parts.append(f"perplexity {s['perplexity']:.3f}")
+        if "f1" in s:
+            parts.append(f"bracketing F1 {s['f1']:.2f}")
+        lines.append(f"- {split}: " + "; ".join(parts))
+    return "\n".join(lines) + "\n"
