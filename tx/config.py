@@ -14,6 +14,8 @@ import ast
 import importlib.util
 import json
 import os
+import types
+import typing
 from collections.abc import Sequence
 
 import ml_collections
@@ -65,14 +67,31 @@ def read_config(path: str) -> ml_collections.ConfigDict:
     if not os.path.exists(path):
         raise ConfigError(f"config file not found: {path}")
     if path.endswith(".json"):  # a run's resolved config, as written to its workdir
-        with open(path) as f:
-            return ml_collections.ConfigDict(json.load(f))
+        return _read_json(path)
     spec = importlib.util.spec_from_file_location(f"tx_config_{abs(hash(path))}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     if not hasattr(module, "get_config"):
         raise ConfigError(f"{path} defines no get_config()")
     return module.get_config(arg) if arg else module.get_config()
+
+
+def _read_json(path: str) -> ml_collections.ConfigDict:
+    """A run's config.json; one clear error naming the file if it is not a config."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            tree = json.load(f)
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path} is not UTF-8 text (byte {e.start}): not a tx config") from e
+    except json.JSONDecodeError as e:
+        raise ConfigError(
+            f"{path} is not valid JSON (line {e.lineno}, column {e.colno}: {e.msg}); "
+            "restore it, or move it away and pass --config FILE (the config the run started "
+            "with) to write it again"
+        ) from e
+    if not isinstance(tree, dict):
+        raise ConfigError(f"{path} holds a JSON {type(tree).__name__}, not a tx config object")
+    return ml_collections.ConfigDict(tree)
 
 
 def apply_override(cfg: ml_collections.ConfigDict, item: str) -> None:
@@ -126,10 +145,52 @@ def _parse_value(raw: str, current):
 def model_config(cfg: ml_collections.ConfigDict):
     """The frozen architecture from `cfg.model` (tx.model.transformer.ModelConfig or
     tx.model.rnn.RNNConfig, as `model.family` says; absent = "transformer")."""
+    section = cfg.model.to_dict()
+    family = families.FAMILIES.get(section.get("family", families.DEFAULT))
+    if family is not None:
+        _check_types(section, family.config)
     try:
-        return families.model_config(cfg.model.to_dict())
+        return families.model_config(section)
     except (ValueError, TypeError) as e:
         raise ConfigError(str(e)) from e
+
+
+def _check_types(section: dict, config_class) -> None:
+    """Each `model` key against its field's annotation in the family's frozen config: a
+    hand-edited config.json's "num_heads": "four" is named, not met later as a TypeError."""
+    hints = typing.get_type_hints(config_class)
+    for key, value in section.items():
+        want = hints.get(key)
+        if want is not None and not _is_a(value, want):
+            raise ConfigError(
+                f"model.{key} must be {_type_name(want)}, got {value!r} ({type(value).__name__})"
+            )
+
+
+def _is_a(value, want) -> bool:
+    """Whether `value` (from Python or JSON) fits the annotation `want`; unknown kinds fit."""
+    args = typing.get_args(want)
+    if typing.get_origin(want) in (typing.Union, types.UnionType):
+        return any(_is_a(value, a) for a in args)
+    if want is type(None):
+        return value is None
+    if want is bool:
+        return isinstance(value, bool)
+    if want is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if want is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if want is str:
+        return isinstance(value, str)
+    if typing.get_origin(want) is tuple:
+        return isinstance(value, (tuple, list))
+    return True
+
+
+def _type_name(want) -> str:
+    if typing.get_origin(want) in (typing.Union, types.UnionType):
+        return " or ".join(_type_name(a) for a in typing.get_args(want))
+    return "None" if want is type(None) else getattr(want, "__name__", str(want))
 
 
 def validate(cfg: ml_collections.ConfigDict) -> None:
@@ -167,21 +228,19 @@ def validate(cfg: ml_collections.ConfigDict) -> None:
         "train.eval_every_steps",
         "optim.grad_clip_norm",
     )
-    if cfg.train.loss_chunk_tokens < -1:
+    if _number(cfg, "train.loss_chunk_tokens") < -1:
         raise ConfigError(
             "train.loss_chunk_tokens must be -1 (per platform), 0 (plain loss) or > 0, got "
             f"{cfg.train.loss_chunk_tokens}"
         )
     _check_unit(cfg, "train.label_smoothing")
-    for key in ("optim.b1", "optim.b2"):
-        if not 0.0 <= _get(cfg, key) < 1.0:
-            raise ConfigError(f"{key} must be in [0, 1), got {_get(cfg, key)}")
+    _check_unit(cfg, "optim.b1", "optim.b2")
     if cfg.model.vocab_size != cfg.data.vocab_size:
         raise ConfigError(
             f"model.vocab_size={cfg.model.vocab_size} differs from data.vocab_size="
             f"{cfg.data.vocab_size}; the shared vocabulary sizes the embedding"
         )
-    _check_decode(cfg.decode)
+    _check_decode(cfg)
     if cfg.data.on_bad_line not in ON_BAD_LINE:
         raise ConfigError(
             f"data.on_bad_line must be one of {ON_BAD_LINE}, got {cfg.data.on_bad_line!r}"
@@ -190,7 +249,12 @@ def validate(cfg: ml_collections.ConfigDict) -> None:
         raise ConfigError(
             f"data.source must be 'demo', 'text', 'tfds' or 'trees', got {cfg.data.source!r}"
         )
-    buckets = tuple(cfg.data.bucket_lengths)
+    buckets = cfg.data.bucket_lengths
+    if not isinstance(buckets, (tuple, list)) or not all(
+        isinstance(b, int) and not isinstance(b, bool) for b in buckets
+    ):
+        raise ConfigError(f"data.bucket_lengths must be a list of ints, got {buckets!r}")
+    buckets = tuple(buckets)
     if not buckets or list(buckets) != sorted(set(buckets)) or buckets[0] <= 0:
         raise ConfigError(f"data.bucket_lengths must be increasing positive ints, got {buckets}")
     if buckets[-1] < cfg.data.max_len:
@@ -205,18 +269,19 @@ def validate(cfg: ml_collections.ConfigDict) -> None:
     for axis, size in cfg.mesh.shape.items():
         if axis not in AXES:
             raise ConfigError(f"unknown mesh axis 'mesh.shape.{axis}'")
-        if size == 0 or size < -1:
+        if _number(cfg, f"mesh.shape.{axis}") == 0 or size < -1:
             raise ConfigError(f"mesh.shape.{axis} must be positive or -1, got {size}")
 
 
-def _check_decode(decode: ml_collections.ConfigDict) -> None:
+def _check_decode(cfg: ml_collections.ConfigDict) -> None:
+    decode = cfg.decode
     if decode.strategy not in SEARCH_STRATEGIES:
         raise ConfigError(
             f"decode.strategy must be one of {SEARCH_STRATEGIES}, got {decode.strategy!r}"
         )
-    if not decode.temperature > 0:
+    if not _number(cfg, "decode.temperature") > 0:
         raise ConfigError(f"decode.temperature must be positive, got {decode.temperature}")
-    if decode.top_k < 0:
+    if _number(cfg, "decode.top_k") < 0:
         raise ConfigError(f"decode.top_k must be >= 0, got {decode.top_k}")
 
 
@@ -229,21 +294,30 @@ def _get(cfg, dotted: str):
     return node
 
 
+def _number(cfg, key: str):
+    """The number at `key`; a ConfigError naming the key if it is anything else (a hand-edited
+    config.json can hold a string or a list where a number belongs)."""
+    value = _get(cfg, key)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(f"{key} must be a number, got {value!r} ({type(value).__name__})")
+    return value
+
+
 def _check_positive(cfg, *keys):
     for key in keys:
-        if not _get(cfg, key) > 0:
+        if not _number(cfg, key) > 0:
             raise ConfigError(f"{key} must be positive, got {_get(cfg, key)}")
 
 
 def _check_nonnegative(cfg, *keys):
     for key in keys:
-        if _get(cfg, key) < 0:
+        if _number(cfg, key) < 0:
             raise ConfigError(f"{key} must be >= 0, got {_get(cfg, key)}")
 
 
 def _check_unit(cfg, *keys):
     for key in keys:
-        if not 0.0 <= _get(cfg, key) < 1.0:
+        if not 0.0 <= _number(cfg, key) < 1.0:
             raise ConfigError(f"{key} must be in [0, 1), got {_get(cfg, key)}")
 
 

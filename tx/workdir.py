@@ -111,8 +111,7 @@ def check_config(cfg: ml_collections.ConfigDict, workdir: str) -> None:
     path = config_file(workdir)
     current = json.loads(cfg.to_json_best_effort())
     if os.path.exists(path):
-        with open(path) as f:
-            saved = json.load(f)
+        saved = _read_saved(path)
         # A key the saved config lacks came after that run started: nothing to compare.
         diffs = [
             k
@@ -128,6 +127,20 @@ def check_config(cfg: ml_collections.ConfigDict, workdir: str) -> None:
             )
     if jax.process_index() == 0:
         write_atomic(path, json.dumps(current, indent=2, sort_keys=True))
+
+
+def _read_saved(path: str) -> dict:
+    try:
+        with open(path, encoding="utf-8") as f:
+            saved = json.load(f)
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ConfigError(
+            f"{path} is damaged ({e}); restore it, or move it away and pass --config FILE "
+            "(the config the run started with) to write it again"
+        ) from e
+    if not isinstance(saved, dict):
+        raise ConfigError(f"{path} holds a JSON {type(saved).__name__}, not a tx config object")
+    return saved
 
 
 _MISSING = object()

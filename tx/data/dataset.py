@@ -17,7 +17,7 @@ from tx import workdir as wd
 from tx.data import sources
 from tx.data.pipeline import Batch, BatchSpec, TrainStream, filter_for_training
 from tx.data.token_cache import TokenizedSplit, tokenized
-from tx.data.tokenizer import Tokenizer, VocabularyError, train_tokenizer
+from tx.data.tokenizer import Tokenizer, VocabularyError, run_tokenizer, train_tokenizer
 
 VOCAB_PATH_KEY = "vocab_path"
 
@@ -47,7 +47,7 @@ def vocabulary(data: ml_collections.ConfigDict, workdir: str) -> Tokenizer:
                 normalization=data.spm_normalization,
                 split_digits=data.spm_split_digits,
             )
-    tokenizer = Tokenizer(path)
+    tokenizer = run_tokenizer(workdir)
     if tokenizer.vocab_size != data.vocab_size:
         raise VocabularyError(
             f"{path} has {tokenizer.vocab_size} pieces but data.vocab_size={data.vocab_size}; "

@@ -4,18 +4,27 @@ A cached split is a directory of four .npy files (memory-mapped on load):
   src_ids / tgt_ids: int32 [total tokens], every sentence's ids (ending in EOS) concatenated;
   src_offsets / tgt_offsets: int64 [n + 1], sentence i is ids[offsets[i]:offsets[i + 1]].
 The directory name holds the source's fingerprint and the vocabulary's, so a changed file or
-vocabulary never reuses stale ids. Directories are written under a temporary name and renamed.
+vocabulary never reuses stale ids. Directories are written under a temporary name and renamed,
+with a manifest (each file's size and sha256) written last: a cache that is damaged on disk
+(cut short, zeroed, replaced) is rebuilt with a warning naming it, and temporary directories
+left by a writer that died are removed. A cache written before manifests existed is checked
+for consistency (offsets against ids) and adopted.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import hashlib
 import itertools
+import json
 import logging
 import multiprocessing
 import os
 import shutil
+import socket
 import tempfile
+import time
 
 import numpy as np
 
@@ -23,6 +32,10 @@ from tx.data.sources import ParallelText
 from tx.data.tokenizer import Tokenizer
 
 CHUNK = 20_000  # sentence pairs per worker task
+FILES = ("src_ids", "src_offsets", "tgt_ids", "tgt_offsets")
+MANIFEST = "manifest.json"
+# A temporary directory this old was left by a writer that died (writing takes minutes at most).
+STALE_TMP_SECS = 24 * 3600
 
 
 @dataclasses.dataclass
@@ -57,11 +70,17 @@ def tokenized(
 ) -> TokenizedSplit:
     """The cached ids of `text`, tokenizing (in `num_workers` processes) on first use."""
     path = os.path.join(cache_dir, f"{text.fingerprint}-{tokenizer.fingerprint[:16]}")
-    if not os.path.isdir(path):
-        os.makedirs(cache_dir, exist_ok=True)
-        workers = num_workers or os.cpu_count() or 1
-        logging.info("tokenizing %s with %d process(es) into %s", text.name, workers, path)
-        _write(path, _encode_all(text, tokenizer, workers))
+    if os.path.isdir(path):
+        split, damage = _load_checked(path)
+        if split is not None:
+            return split
+        logging.warning("token cache %s is damaged (%s): rebuilding it", path, damage)
+        shutil.rmtree(path, ignore_errors=True)
+    os.makedirs(cache_dir, exist_ok=True)
+    _remove_stale_tmp(cache_dir)
+    workers = num_workers or os.cpu_count() or 1
+    logging.info("tokenizing %s with %d process(es) into %s", text.name, workers, path)
+    _write(path, _encode_all(text, tokenizer, workers))
     return _load(path)
 
 
@@ -106,7 +125,9 @@ def _flatten(seqs: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _write(path: str, results) -> None:
-    tmp = tempfile.mkdtemp(dir=os.path.dirname(path), prefix=".tmp-")
+    # The writer's host and pid in the name: its leftovers are known as such once it is gone.
+    prefix = f".tmp-{socket.gethostname()}-{os.getpid()}-"
+    tmp = tempfile.mkdtemp(dir=os.path.dirname(path), prefix=prefix)
     try:
         for name, k in (("src", 0), ("tgt", 2)):
             ids = np.concatenate([r[k] for r in results] or [np.zeros(0, np.int32)])
@@ -114,6 +135,7 @@ def _write(path: str, results) -> None:
             offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
             np.save(os.path.join(tmp, f"{name}_ids.npy"), ids)
             np.save(os.path.join(tmp, f"{name}_offsets.npy"), offsets)
+        _write_manifest(tmp)  # last: a directory with a manifest was written whole
         os.rename(tmp, path)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -122,8 +144,85 @@ def _write(path: str, results) -> None:
 
 
 def _load(path: str) -> TokenizedSplit:
-    arrays = {
-        name: np.load(os.path.join(path, f"{name}.npy"), mmap_mode="r")
-        for name in ("src_ids", "src_offsets", "tgt_ids", "tgt_offsets")
-    }
+    arrays = {name: np.load(os.path.join(path, f"{name}.npy"), mmap_mode="r") for name in FILES}
     return TokenizedSplit(**arrays)
+
+
+def _sha256(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(1 << 23):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _write_manifest(path: str) -> None:
+    entries = {}
+    for name in FILES:
+        file = os.path.join(path, f"{name}.npy")
+        entries[name] = {"bytes": os.path.getsize(file), "sha256": _sha256(file)}
+    with open(os.path.join(path, MANIFEST), "w") as f:
+        json.dump(entries, f, indent=2)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _load_checked(path: str) -> tuple[TokenizedSplit | None, str]:
+    """The split at `path` if its files are whole, else (None, what is wrong)."""
+    manifest = os.path.join(path, MANIFEST)
+    if os.path.exists(manifest):
+        try:
+            with open(manifest) as f:
+                entries = json.load(f)
+            for name in FILES:
+                file = os.path.join(path, f"{name}.npy")
+                if not os.path.exists(file):
+                    return None, f"{name}.npy is missing"
+                if os.path.getsize(file) != entries[name]["bytes"] or (
+                    _sha256(file) != entries[name]["sha256"]
+                ):
+                    return None, f"{name}.npy differs from its manifest"
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            return None, f"{MANIFEST} is unreadable ({e})"
+    try:
+        split = _load(path)
+        _check_consistent(split)
+    except (OSError, ValueError) as e:
+        return None, str(e)
+    if not os.path.exists(manifest):  # written before manifests: consistent, so adopt it
+        with contextlib.suppress(OSError):
+            _write_manifest(path)
+    return split, ""
+
+
+def _check_consistent(split: TokenizedSplit) -> None:
+    """Offsets that start at 0, never decrease and end at the ids' length, on both sides."""
+    if len(split.src_offsets) != len(split.tgt_offsets) or len(split.src_offsets) < 1:
+        raise ValueError("source and target offsets differ in length")
+    for ids, offsets in ((split.src_ids, split.src_offsets), (split.tgt_ids, split.tgt_offsets)):
+        if offsets[0] != 0 or offsets[-1] != len(ids) or np.any(np.diff(offsets) < 0):
+            raise ValueError("offsets do not match the ids")
+
+
+def _abandoned(name: str, path: str) -> bool:
+    """A temporary directory whose writer is gone: a dead pid on this host, or a day old."""
+    head, pid, _ = (["", "", ""] + name.rsplit("-", 2))[-3:]  # .tmp-HOST, PID, random
+    host = head.removeprefix(".tmp-")
+    if host == socket.gethostname() and pid.isdigit():
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            return False
+    return time.time() - os.stat(path).st_mtime > STALE_TMP_SECS
+
+
+def _remove_stale_tmp(cache_dir: str) -> None:
+    """Temporary directories of writers that died (a node lost mid-write): removed."""
+    for name in os.listdir(cache_dir):
+        tmp = os.path.join(cache_dir, name)
+        with contextlib.suppress(OSError):
+            if name.startswith(".tmp-") and _abandoned(name, tmp):
+                logging.warning("removing %s, left by a tokenization that did not finish", tmp)
+                shutil.rmtree(tmp, ignore_errors=True)

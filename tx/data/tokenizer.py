@@ -32,7 +32,13 @@ class Tokenizer:
         with open(model_path, "rb") as f:
             self.model_bytes = f.read()
         self.path = model_path
-        self.sp = spm.SentencePieceProcessor(model_proto=self.model_bytes)
+        try:
+            self.sp = spm.SentencePieceProcessor(model_proto=self.model_bytes)
+        except RuntimeError as e:  # sentencepiece's parse error names neither file nor cause
+            raise VocabularyError(
+                f"{model_path} is not a SentencePiece model (damaged or replaced?): "
+                f"{str(e).splitlines()[0][:200]}"
+            ) from e
         ids = (self.sp.pad_id(), self.sp.eos_id(), self.sp.unk_id(), self.sp.bos_id())
         if ids != (PAD_ID, EOS_ID, UNK_ID, BOS_ID):
             raise VocabularyError(
@@ -159,3 +165,25 @@ def check_vocabulary(workdir: str, tokenizer) -> None:
             )
     elif jax.process_index() == 0:
         wd.write_atomic(path, tokenizer.fingerprint + "\n")
+
+
+def run_tokenizer(workdir: str) -> Tokenizer:
+    """The vocabulary of a trained run, `workdir/spm.model`, checked against the sha256 the run
+    recorded: the checkpoints only make sense with that exact vocabulary, so a damaged or
+    replaced one is refused, naming the file (it cannot be rebuilt)."""
+    path, recorded = wd.vocab_file(workdir), wd.vocab_hash_file(workdir)
+    if not os.path.exists(path):
+        raise VocabularyError(f"{path} is missing: the run's vocabulary cannot be rebuilt")
+    if os.path.exists(recorded):
+        with open(recorded) as f:
+            want = f.read().strip()
+        with open(path, "rb") as f:
+            have = hashlib.sha256(f.read()).hexdigest()
+        if have != want:
+            raise VocabularyError(
+                f"{path} is damaged or replaced: its sha256 {have[:12]} is not the {want[:12]} "
+                f"this run recorded in {recorded}. The checkpoints need that exact vocabulary: "
+                "restore the file from a copy (an export of this run holds it), or train anew "
+                "in another --workdir"
+            )
+    return Tokenizer(path)

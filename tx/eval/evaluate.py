@@ -13,7 +13,7 @@ from tx.config import model_config
 from tx.data import trees as parsing
 from tx.data.dataset import split_text
 from tx.data.sources import gold_trees
-from tx.data.tokenizer import Tokenizer
+from tx.data.tokenizer import run_tokenizer
 from tx.eval import evalb
 from tx.eval.metrics import bleu_by_length, sacrebleu_scores, score_all, tokenized_bleu
 from tx.infer.translate import LoadedModel, load_model, translate
@@ -109,7 +109,7 @@ def dev_bleu_hook(cfg: ml_collections.ConfigDict, workdir: str):
 
     def hook(params) -> dict:
         if "tokenizer" not in state:  # the vocabulary exists once training has started
-            state["tokenizer"] = Tokenizer(wd.vocab_file(workdir))
+            state["tokenizer"] = run_tokenizer(workdir)
         loaded = LoadedModel(model, params, state["tokenizer"], "training", layout)
         hyps = translate(loaded, sources, cfg)
         return {

@@ -39,7 +39,6 @@ import tempfile
 import ml_collections
 import numpy as np
 
-from tx import workdir as wd
 from tx.config import model_config
 from tx.model.layers import sinusoidal_encoding
 from tx.model.transformer import ModelConfig
@@ -79,10 +78,10 @@ def export(
     mc = model_config(cfg)
     check_exportable(mc)
     _check_destination(out)
-    from tx.data.tokenizer import Tokenizer
+    from tx.data.tokenizer import run_tokenizer
     from tx.infer.translate import load_model
 
-    tokenizer = Tokenizer(wd.vocab_file(workdir))
+    tokenizer = run_tokenizer(workdir)
     pieces = vocabulary(tokenizer.sp, mc.vocab_size)
     loaded = load_model(cfg, workdir, checkpoint_step)
     params = _to_numpy(loaded.params)

@@ -25,7 +25,7 @@ from jax.experimental import multihost_utils
 from tx import workdir as wd
 from tx.config import ConfigError, load_config, model_config
 from tx.data.pipeline import eval_batches
-from tx.data.tokenizer import Tokenizer
+from tx.data.tokenizer import Tokenizer, run_tokenizer
 from tx.infer.decoders import decoder, ensemble_decoder
 from tx.infer.search import Strategy
 from tx.model.families import build_model
@@ -70,7 +70,7 @@ def load_model(
     An averaged model that training has moved past is refused (StaleAverage), not silently
     used or rewritten: translating must not write into a run that may still be training.
     """
-    tokenizer = Tokenizer(wd.vocab_file(workdir))
+    tokenizer = run_tokenizer(workdir)
     mc = model_config(cfg)
     layout = sharding.layout(cfg.mesh)
     target = checkpoint.param_target(mc, layout)

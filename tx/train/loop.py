@@ -30,6 +30,7 @@ from tx.data.pipeline import POSITION_KEY, BatchSpec, PlannedBatch, eval_batches
 from tx.data.token_cache import TokenizedSplit
 from tx.data.tokenizer import check_vocabulary
 from tx.model.counting import train_flops_per_step
+from tx.train import runlock
 from tx.train import trainer as trainer_lib
 from tx.train.checkpoint import Checkpointer
 from tx.train.distributed import barrier, process_lost
@@ -115,13 +116,24 @@ def evaluate_loss(trainer, eval_fn, params, ids: TokenizedSplit, data, spec: Bat
 
 
 def train(
-    cfg: ml_collections.ConfigDict, workdir: str, progress_stream=None, bleu_hook=None
+    cfg: ml_collections.ConfigDict,
+    workdir: str,
+    progress_stream=None,
+    bleu_hook=None,
+    take_over_lock: bool = False,
 ) -> dict:
     """Trains until `cfg.train.num_steps`, or until stopped; returns the last metrics.
 
     `bleu_hook(params) -> dict of scores`, when given, runs every
     `train.eval_bleu_every_steps` (see tx.eval.evaluate.dev_bleu_hook: decoding lives downstream).
+    The run holds the workdir's lock throughout (tx.train.runlock): a second run on the same
+    workdir stops at once; `take_over_lock` takes a lock whose holder is known to be gone.
     """
+    with runlock.hold(workdir, take_over=take_over_lock):
+        return _train(cfg, workdir, progress_stream, bleu_hook)
+
+
+def _train(cfg: ml_collections.ConfigDict, workdir: str, progress_stream, bleu_hook) -> dict:
     t = cfg.train
     wd.check_config(cfg, workdir)
     tokenizer = prepare_data(cfg, workdir)

@@ -14,11 +14,13 @@ exact recipe and signature. tx.paper.reproduce builds its tables from run cards 
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import functools
 import hashlib
 import importlib.metadata
 import json
+import logging
 import os
 import platform
 import subprocess
@@ -97,11 +99,26 @@ def hardware() -> dict:
 
 
 def load(workdir: str) -> dict | None:
+    """The run's card, or None if it has none. A card that is damaged (cut short, not JSON) is
+    bookkeeping, not the run: it is moved aside to run_card.json.damaged with a warning, and the
+    run goes on with a new card."""
     path = wd.run_card_file(workdir)
     if not os.path.exists(path):
         return None
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
+    try:
+        with open(path, encoding="utf-8") as f:
+            card = json.load(f)
+        if isinstance(card, dict) and isinstance(card.get("segments", []), list):
+            return card
+        problem = "not a run card"
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        problem = str(e)
+    logging.warning(
+        "%s is damaged (%s): moved to %s.damaged; a new card starts", path, problem, path
+    )
+    with contextlib.suppress(OSError):
+        os.replace(path, path + ".damaged")
+    return None
 
 
 def _save(workdir: str, card: dict) -> None:
