@@ -7,9 +7,9 @@ PY := $(VENV)/bin/python
 
 # glibc backs its large allocations with transparent huge pages (glibc >= 2.35; others ignore
 # it). XLA:CPU allocates its scratch buffers afresh for every step, and first touching them a
-# 4 KiB page at a time cost the base model's step 0.4 s of 5 s: the base step took 4.65 s
-# against 5.05 s, the demo's training ran at 21.1k tokens/s against 17.7-19.0k. A
-# GLIBC_TUNABLES of your own is kept.
+# 4 KiB page at a time cost the base model's step 0.4 s of 5 s: on 2 cores of an AMD EPYC the
+# base step took 4.65 s against 5.05 s, the demo's training ran at 21.1k tokens/s against
+# 17.7-19.0k (docs/training.md, docs/performance.md). A GLIBC_TUNABLES of your own is kept.
 export GLIBC_TUNABLES ?= glibc.malloc.hugetlb=1
 
 $(VENV)/.installed: pyproject.toml
@@ -25,8 +25,9 @@ demo: setup
 	$(PY) -m tx demo --workdir runs/demo
 
 # The default test suite (slow tests excluded; `make test PYTEST_ARGS="-m slow"` runs those),
-# in TEST_WORKERS processes (pytest-xdist): on the 2-core CI machine 2 take 12 minutes where
-# one took 18, since most tests wait on one-threaded XLA compiles.
+# in TEST_WORKERS processes (pytest-xdist): on 2 cores of an AMD EPYC 2 workers took 12 minutes
+# where one took 18, since most tests wait on one-threaded XLA compiles (an earlier suite;
+# current times in docs/development.md).
 TEST_WORKERS ?= 2
 test: setup
 	$(PY) -m ruff check tx tests configs benchmarks train.py
