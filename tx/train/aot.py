@@ -1,13 +1,25 @@
-"""Ahead-of-time check: compile the train step for the configured mesh before renting it.
+"""Ahead-of-time check: compile the train step for a slice before renting it.
 
-`python -m tx compile --config configs/big.py [--topology v4:2x2x2]` lowers and compiles one
-training step on abstract inputs (nothing is allocated) and reports per-device memory and the
-step's FLOPs from XLA's cost analysis, next to the analytic model FLOPs.
+`python -m tx compile --config configs/big.py [--topology v5p:2x2x2] [--layouts auto]` lowers
+and compiles one training step on abstract inputs (nothing is allocated) with XLA's compiler
+for that chip (libtpu from PyPI compiles for TPUs on a CPU host), and reports per chip: the
+memory of parameters, optimizer state and temporaries against the chip's HBM (tx.train.chips),
+XLA's flops and bytes accessed, and a step time: the compiler's own cost model
+(`optimal_seconds`, which the TPU compiler gives) or else a roofline from flops and bytes,
+saying which. From the step time: tokens per second, the MFU ceiling (the analytic model FLOPs
+over the chips' peak in that time: no real run can do better than the model says) and hours
+for the config's `train.num_steps`. These are estimates from a cost model, not measurements.
+
+`--layouts auto` compiles the sensible meshes of the slice (all data parallel, fsdp, tensor
+parallel over 2 and 4 chips) with 1, 2 or 4 micro-batches, and lists them best first; a layout
+that does not fit is a line saying by how much.
 """
 
 from __future__ import annotations
 
+import copy
 import math
+import os
 
 import jax
 import ml_collections
@@ -17,10 +29,14 @@ from jax.experimental import topologies
 from tx.data import dataset
 from tx.model.counting import train_flops_per_step
 from tx.train import trainer as trainer_lib
+from tx.train.chips import chip as chip_of
 
 
 def topology_devices(topology: str):
     """Devices of a named TPU topology (e.g. "v4:2x2x2"), from libtpu, without the hardware."""
+    # libtpu asks the VM's metadata server what it runs on; deviceless, say it outright.
+    os.environ.setdefault("TPU_ACCELERATOR_TYPE", "v5p-8")
+    os.environ.setdefault("TPU_WORKER_HOSTNAMES", "localhost")
     try:
         return topologies.get_topology_desc(topology, "tpu").devices
     except Exception as e:  # noqa: BLE001 - libtpu missing or unknown topology: say so
@@ -70,7 +86,116 @@ def compile_report(cfg: ml_collections.ConfigDict, devices=None) -> dict:
             "temporaries": int(getattr(memory, "temp_size_in_bytes", -1)),
             "arguments": int(getattr(memory, "argument_size_in_bytes", -1)),
             "outputs": int(getattr(memory, "output_size_in_bytes", -1)),
+            "alias": int(getattr(memory, "alias_size_in_bytes", 0)),
         },
         "xla_flops_per_device": float(cost.get("flops", -1.0)) if cost else None,
+        "xla_bytes_accessed_per_device": float(cost.get("bytes accessed", -1.0)) if cost else None,
+        "optimal_seconds": float(cost["optimal_seconds"]) if "optimal_seconds" in cost else None,
         "analytic_model_flops": train_flops_per_step(mc, tokens, tokens, length, length),
+        "tokens_per_step": 2 * cfg.data.tokens_per_step,  # source + target, as configured
+        "num_steps": cfg.train.num_steps,
     }
+
+
+def estimate(report: dict) -> dict:
+    """Memory against the chip's HBM and the step time, throughput and MFU ceiling that follow
+    from a compile_report; each figure says where it comes from."""
+    known = chip_of(report["device_kind"])
+    memory = report["per_device_bytes"]
+    # Peak HBM of the step: its inputs (parameters, optimizer state, batch), its temporaries,
+    # and its outputs less those that reuse donated inputs.
+    hbm = memory["arguments"] + memory["temporaries"] + memory["outputs"] - memory.get("alias", 0)
+    out = {"chip": known.name if known else None, "hbm_bytes_per_chip": hbm}
+    if known is None:
+        return out | {"fits": None, "step_seconds": None, "step_source": "unknown chip"}
+    out["hbm_capacity_bytes"] = known.hbm_bytes
+    out["fits"] = hbm <= known.hbm_bytes
+    out["chip_source"] = known.source
+    flops, moved = report["xla_flops_per_device"], report["xla_bytes_accessed_per_device"]
+    if report.get("optimal_seconds"):
+        seconds, source = report["optimal_seconds"], "XLA cost model (optimal_seconds)"
+    elif flops and moved and flops > 0 and moved > 0:
+        compute, memory_time = (
+            flops / (known.bf16_tflops * 1e12),
+            moved / (known.hbm_tbytes_per_sec * 1e12),
+        )
+        seconds = max(compute, memory_time)
+        source = (
+            "roofline of XLA's flops and bytes ("
+            + ("compute" if compute >= memory_time else "memory")
+            + " bound)"
+        )
+    else:
+        return out | {"step_seconds": None, "step_source": "no cost figures from this backend"}
+    peak = report["devices"] * known.bf16_tflops * 1e12
+    return out | {
+        "step_seconds": seconds,
+        "step_source": source,
+        "tokens_per_sec": report["tokens_per_step"] / seconds,
+        "mfu_ceiling": report["analytic_model_flops"] / (seconds * peak),
+        "run_hours": report["num_steps"] * seconds / 3600,
+    }
+
+
+def layouts(devices: int, num_heads: int) -> list[dict]:
+    """The meshes worth compiling on `devices` chips: all data parallel, all fsdp, and tensor
+    parallel over 2 and 4 chips (heads split evenly) with data parallel over the rest."""
+    out = [{"data": devices, "fsdp": 1, "tensor": 1}]
+    if devices > 1:
+        out.append({"data": 1, "fsdp": devices, "tensor": 1})
+    for tensor in (2, 4):
+        if devices % tensor == 0 and num_heads % tensor == 0 and devices > tensor:
+            out.append({"data": devices // tensor, "fsdp": 1, "tensor": tensor})
+    return out
+
+
+def compile_layouts(
+    cfg: ml_collections.ConfigDict, devices, micro_batches=(1, 2, 4), progress=None
+) -> list[dict]:
+    """compile_report + estimate for every layout of `layouts` and micro-batch count (more
+    micro-batches only while the fewer do not fit), best first: fitting layouts by step time,
+    then those that do not fit by how much they need."""
+    results = []
+    for mesh in layouts(len(devices), cfg.model.num_heads):
+        for micro in micro_batches:
+            c = copy.deepcopy(cfg)
+            c.mesh.shape = dict(mesh)
+            c.train.micro_batches = micro
+            try:
+                row = compile_report(c, devices)
+                row |= estimate(row)
+            except Exception as e:  # noqa: BLE001 - a layout XLA refuses is a line, not a crash
+                row = {"mesh": mesh, "fits": False, "error": f"{type(e).__name__}: {str(e)[:300]}"}
+            row["micro_batches"] = micro
+            results.append(row)
+            if progress:
+                progress(describe(row))
+            if row.get("fits"):
+                break
+    return sorted(results, key=_rank)
+
+
+def _rank(row: dict):
+    if row.get("fits"):
+        return (0, row.get("step_seconds") or math.inf)
+    return (1, row.get("hbm_bytes_per_chip", math.inf))
+
+
+def describe(row: dict) -> str:
+    """One line for a compiled layout."""
+    mesh = "x".join(f"{k}{v}" for k, v in row["mesh"].items())
+    head = f"{mesh} micro{row['micro_batches']}"
+    if "error" in row:
+        return f"{head}: does not compile ({row['error']})"
+    gb = row["hbm_bytes_per_chip"] / 1e9
+    if row.get("fits") is False:
+        over = (row["hbm_bytes_per_chip"] - row["hbm_capacity_bytes"]) / 1e9
+        return f"{head}: does not fit: {gb:.1f} GB per chip, {over:.1f} GB over the chip's HBM"
+    if row.get("step_seconds") is None:
+        return f"{head}: {gb:.1f} GB per chip; no step time ({row.get('step_source')})"
+    return (
+        f"{head}: {gb:.1f} GB per chip, step {row['step_seconds'] * 1e3:.1f} ms "
+        f"({row['step_source']}), {row['tokens_per_sec'] / 1e3:.0f}k tokens/s, "
+        f"MFU ceiling {row['mfu_ceiling']:.2f}, {row['run_hours']:.1f} h for "
+        f"{row['num_steps']} steps"
+    )

@@ -14,21 +14,7 @@ import time
 
 import jax
 
-# Dense bf16 peak TFLOP/s per device, from the vendors' data sheets (NVIDIA: dense, without
-# sparsity; Google Cloud TPU system architecture pages). Matched in order against jax's
-# device_kind.
-PEAK_TFLOPS = (
-    ("v6", 918.0),
-    ("v5p", 459.0),
-    ("v5 lite", 197.0),
-    ("v5e", 197.0),
-    ("v4", 275.0),
-    ("v3", 123.0),
-    ("H200", 989.0),
-    ("H100", 989.0),
-    ("A100", 312.0),
-    ("V100", 125.0),
-)
+from tx.train.chips import chip
 
 
 def peak_tflops(device=None, configured: float = 0.0) -> float:
@@ -36,10 +22,9 @@ def peak_tflops(device=None, configured: float = 0.0) -> float:
     if configured > 0:
         return configured
     device = device or jax.devices()[0]
-    kind = getattr(device, "device_kind", "")
-    for key, tflops in PEAK_TFLOPS:
-        if key.lower() in kind.lower():
-            return tflops
+    known = chip(getattr(device, "device_kind", ""))
+    if known is not None:
+        return known.bf16_tflops
     if device.platform == "cpu":
         return cpu_peak_tflops()
     return 0.0
