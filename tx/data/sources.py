@@ -48,6 +48,9 @@ class ParallelText:
     name: str
     fingerprint: str
     pairs: Callable[[], Iterator[tuple[str, str]]]
+    # Where the text comes from, for run cards: files and their sha256, or the TFDS dataset
+    # and version, or the generator's key.
+    provenance: dict = dataclasses.field(default_factory=dict)
 
     def __iter__(self) -> Iterator[tuple[str, str]]:
         return self.pairs()
@@ -78,7 +81,8 @@ def demo_split(data: ml_collections.ConfigDict, split: str) -> ParallelText:
     size = data.demo_train_size if split == "train" else data.get("demo_eval_size", DEMO_EVAL_SIZE)
     seed = data.demo_seed
     key = f"demo-v{demo_corpus.VERSION}-seed{seed}-{split}-{size}"
-    return ParallelText(key, _sha(key), lambda: demo_corpus.generate(split, seed, size))
+    provenance = {"generator": key}
+    return ParallelText(key, _sha(key), lambda: demo_corpus.generate(split, seed, size), provenance)
 
 
 def text_split(
@@ -103,7 +107,8 @@ def text_split(
         raise DataError(f"line counts differ: {src_path} has {n_src} lines, {tgt_path} has {n_tgt}")
     if n_src == 0:
         raise DataError(f"{src_path} and {tgt_path} are empty")
-    digest = _file_digest(src_path) + _file_digest(tgt_path)
+    files = {path: _file_digest(path) for path in (src_path, tgt_path)}
+    digest = "".join(files.values())
     # Skipping changes which pairs a cache holds: it must not share one with "error".
     fingerprint = _sha(digest + (":skip-bad-lines" if on_bad_line == "skip" else ""))
 
@@ -111,7 +116,8 @@ def text_split(
         with open(src_path, "rb") as s, open(tgt_path, "rb") as t:
             yield from _aligned(decoded_lines(s, src_path), decoded_lines(t, tgt_path), on_bad_line)
 
-    return ParallelText(f"text:{prefix}", fingerprint, pairs)
+    provenance = {"files_sha256": files, "on_bad_line": on_bad_line}
+    return ParallelText(f"text:{prefix}", fingerprint, pairs, provenance)
 
 
 def _tree_pattern(data: ml_collections.ConfigDict, split: str) -> str:
@@ -153,12 +159,13 @@ def tree_split(pattern: str) -> ParallelText:
     """Parsing as translation (the paper's Table 4): bracketed trees as (words, linearized
     tree) pairs, with tx.data.trees's linearization."""
     paths = tree_paths(pattern)
-    fingerprint = _sha(f"linearize-v{parsing.FORMAT}" + "".join(map(_file_digest, paths)))
+    files = {path: _file_digest(path) for path in paths}
+    fingerprint = _sha(f"linearize-v{parsing.FORMAT}" + "".join(files.values()))
 
     def pairs():
         yield from parsing.to_pairs(read_treebank(pattern))
 
-    return ParallelText(f"trees:{pattern}", fingerprint, pairs)
+    return ParallelText(f"trees:{pattern}", fingerprint, pairs, {"files_sha256": files})
 
 
 def gold_trees(data: ml_collections.ConfigDict, split: str) -> list[parsing.Tree]:
@@ -287,7 +294,8 @@ def tfds_split(
 
     # TFDS data is versioned and immutable: its name, split and version identify the content.
     version = _tfds_version(name, data_dir)
-    return ParallelText(key, _sha(f"{key}:{version}"), pairs)
+    provenance = {"tfds": name, "tfds_split": tfds_split_name, "tfds_version": version}
+    return ParallelText(key, _sha(f"{key}:{version}"), pairs, provenance)
 
 
 def _tfds_version(name: str, data_dir: str | None) -> str:

@@ -46,6 +46,8 @@ class TokenizedSplit:
     src_offsets: np.ndarray
     tgt_ids: np.ndarray
     tgt_offsets: np.ndarray
+    # The text it was tokenized from (ParallelText's name, fingerprint and provenance).
+    source: dict = dataclasses.field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.src_offsets) - 1
@@ -73,7 +75,7 @@ def tokenized(
     if os.path.isdir(path):
         split, damage = _load_checked(path)
         if split is not None:
-            return split
+            return _with_source(split, text)
         logging.warning("token cache %s is damaged (%s): rebuilding it", path, damage)
         shutil.rmtree(path, ignore_errors=True)
     os.makedirs(cache_dir, exist_ok=True)
@@ -81,7 +83,12 @@ def tokenized(
     workers = num_workers or os.cpu_count() or 1
     logging.info("tokenizing %s with %d process(es) into %s", text.name, workers, path)
     _write(path, _encode_all(text, tokenizer, workers))
-    return _load(path)
+    return _with_source(_load(path), text)
+
+
+def _with_source(split: TokenizedSplit, text: ParallelText) -> TokenizedSplit:
+    split.source = {"name": text.name, "fingerprint": text.fingerprint, **text.provenance}
+    return split
 
 
 def _encode_all(text: ParallelText, tokenizer: Tokenizer, workers: int):

@@ -30,7 +30,7 @@ from tx.data.pipeline import POSITION_KEY, BatchSpec, PlannedBatch, eval_batches
 from tx.data.token_cache import TokenizedSplit
 from tx.data.tokenizer import check_vocabulary
 from tx.model.counting import train_flops_per_step
-from tx.train import runlock
+from tx.train import runcard, runlock
 from tx.train import trainer as trainer_lib
 from tx.train.checkpoint import Checkpointer
 from tx.train.distributed import barrier, process_lost
@@ -136,7 +136,9 @@ def train(
 def _train(cfg: ml_collections.ConfigDict, workdir: str, progress_stream, bleu_hook) -> dict:
     t = cfg.train
     wd.check_config(cfg, workdir)
+    started = time.time()
     tokenizer = prepare_data(cfg, workdir)
+    prepare_secs = time.time() - started
     check_vocabulary(workdir, tokenizer)
     trainer = trainer_lib.build(cfg)
     ckpt = Checkpointer(workdir, t.keep_checkpoints, True, t.checkpoint_every_steps, t.num_steps)
@@ -155,6 +157,9 @@ def _train(cfg: ml_collections.ConfigDict, workdir: str, progress_stream, bleu_h
         f"length {stream.rows} | start step {int(state.step)}"
     )
     dev = dataset.split_ids(cfg.data, workdir, tokenizer, "dev") if t.eval_every_steps else None
+    splits = {"train": (stream.split, counts)} | ({"dev": (dev, None)} if dev else {})
+    card.note(data=runcard.data_record(cfg.data, tokenizer, splits))
+    card.entry["prepare_secs"] = round(prepare_secs, 3)
     summaries = Summaries(wd.tensorboard_dir(workdir), is_main())
     run = _Run(cfg, trainer, ckpt, spec, progress, summaries, dev, bleu_hook, card, peak)
     lost = None

@@ -4,12 +4,16 @@
     W/run_card.md     the same, short, for people
 
 Every `train` segment (a fresh start or a resume) appends one entry to `segments`: the code
-(git commit, dirty flag), the packages, the hardware, the steps it added, the real tokens it
-trained on, its wall time and its model FLOPs. The entry is rewritten at every checkpoint, so
-a segment that is killed counts up to its last checkpoint: exactly the steps the next segment
-resumes from (time spent after that checkpoint is lost work and is not counted).
-`average` records which checkpoints it averaged; `evaluate` records every score with its
-exact recipe and signature. tx.paper.reproduce builds its tables from run cards only.
+(git commit, dirty flag counting untracked files), the packages (the accelerator stack
+included), the hardware (CPU model, devices, the backend's platform version), the time it spent
+preparing data, the steps it added, the real tokens it trained on, its wall time and its model
+FLOPs. `data` records where the text came from (files and their sha256, or the TFDS dataset and
+version), the pairs read, kept and dropped per split, and the vocabulary's sha256. The entry is
+rewritten at every checkpoint, so a segment that is killed counts up to its last checkpoint:
+exactly the steps the next segment resumes from (time spent after that checkpoint is lost work
+and is not counted). `average` records which checkpoints it averaged; `evaluate` records every
+score with its exact recipe and signature. tx.paper.reproduce builds its tables from run cards
+only.
 """
 
 from __future__ import annotations
@@ -37,13 +41,22 @@ PACKAGES = (
     "flax",
     "optax",
     "orbax-checkpoint",
-    "tensorflow",
     "tensorflow-datasets",
     "sentencepiece",
     "sacrebleu",
     "sacremoses",
     "numpy",
+    # The accelerator stack: jax's plugins, libtpu, and the CUDA libraries jax[cuda12] brings.
+    "jax-cuda12-plugin",
+    "jax-cuda12-pjrt",
+    "libtpu",
+    "nvidia-cuda-runtime-cu12",
+    "nvidia-cudnn-cu12",
+    "nvidia-cublas-cu12",
+    "nvidia-nccl-cu12",
 )
+# TensorFlow is installed under one of these names (tx depends on tensorflow-cpu on Linux).
+TENSORFLOW = ("tensorflow", "tensorflow-cpu", "tensorflow-macos", "tf-nightly")
 
 
 def config_hash(config: dict) -> str:
@@ -61,7 +74,12 @@ def resolved(cfg: ml_collections.ConfigDict) -> dict:
 @functools.cache
 def code_version() -> dict:
     """The git commit of the tx source tree and whether it had uncommitted changes."""
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    return git_state(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
+
+def git_state(root: str) -> dict:
+    """{"commit", "dirty"} of the git checkout at `root`: dirty with any change, an untracked
+    (not ignored) file included; None for both where git or the checkout is missing."""
 
     def git(*args):
         out = subprocess.run(
@@ -71,20 +89,38 @@ def code_version() -> dict:
 
     try:
         commit = git("rev-parse", "HEAD")
-        status = git("status", "--porcelain", "--untracked-files=no")
+        status = git("status", "--porcelain")  # untracked files make a tree dirty too
     except (OSError, subprocess.SubprocessError):  # no git on this machine
         commit = status = None
     return {"commit": commit, "dirty": None if status is None else bool(status)}
 
 
+def _version(name: str) -> str | None:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
 def packages() -> dict:
+    """Versions of what decides a result (None: not installed)."""
     versions = {"python": platform.python_version()}
-    for name in PACKAGES:
-        try:
-            versions[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            versions[name] = None
+    versions |= {name: _version(name) for name in PACKAGES}
+    found = [(name, _version(name)) for name in TENSORFLOW if _version(name)]
+    versions["tensorflow"] = found[0][1] if found else None
+    versions["tensorflow_distribution"] = found[0][0] if found else None
     return versions
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
 
 
 def hardware() -> dict:
@@ -92,9 +128,13 @@ def hardware() -> dict:
     return {
         "platform": device.platform,
         "device_kind": device.device_kind,
+        # e.g. the CUDA runtime and driver jax runs on, or libtpu's build
+        "platform_version": getattr(device.client, "platform_version", None),
         "devices": jax.device_count(),
         "processes": jax.process_count(),
         "host": platform.node(),
+        "cpu": cpu_model(),
+        "cpu_count": os.cpu_count(),
     }
 
 
@@ -155,6 +195,7 @@ class Segment:
             "peak_tflops_per_device": peak,
             "start_step": start_step,
             "end_step": start_step,
+            "prepare_secs": 0.0,  # vocabulary and token caches, before the first step
             "wall_secs": 0.0,
             "src_tokens": 0.0,
             "tgt_tokens": 0.0,
@@ -214,6 +255,7 @@ def totals(card: dict) -> dict:
         "src_tokens": sum(s["src_tokens"] for s in segs),
         "tgt_tokens": sum(s["tgt_tokens"] for s in segs),
         "wall_secs": sum(s["wall_secs"] for s in segs),
+        "prepare_secs": sum(s.get("prepare_secs", 0.0) for s in segs),
         "device_secs": device_secs,
         "model_flops": flops,
         "cost_flops_paper_way": peak_flops,
@@ -260,14 +302,19 @@ def markdown(card: dict) -> str:
         f"model FLOPs {t['model_flops']:.3g}; cost the paper's way {t['cost_flops_paper_way']:.3g}"
         + (f"; mean MFU {t['mean_mfu']:.3f}" if t["mean_mfu"] is not None else ""),
     ]
+    lines += _data_lines(card.get("data"))
     for s in card.get("segments", []):
         hw = s["hardware"]
         dirty = " (dirty)" if s.get("dirty") else ""
+        cpu = f", CPU {hw['cpu']}" if hw.get("cpu") else ""
         lines.append(
             f"- segment {s['start_step']}->{s['end_step']}: {hw['devices']} x "
-            f"{hw['device_kind']} ({hw['processes']} process(es)), commit "
-            f"{(s.get('commit') or 'unknown')[:10]}{dirty}, {s['wall_secs']:.0f} s"
+            f"{hw['device_kind']} ({hw['processes']} process(es){cpu}), commit "
+            f"{(s.get('commit') or 'unknown')[:10]}{dirty}, {s['wall_secs']:.0f} s training"
+            f" + {s.get('prepare_secs', 0.0):.0f} s preparing data"
         )
+        versions = {k: v for k, v in s.get("packages", {}).items() if v}
+        lines.append("  - " + ", ".join(f"{k} {v}" for k, v in sorted(versions.items())))
     if "dev" in card:
         d = card["dev"]
         lines.append(f"- dev at step {d['step']}: perplexity {d['dev_perplexity']:.3f}")
@@ -284,3 +331,26 @@ def markdown(card: dict) -> str:
             parts.append(f"bracketing F1 {s['f1']:.2f}")
         lines.append(f"- {split}: " + "; ".join(parts))
     return "\n".join(lines) + "\n"
+
+
+def _data_lines(data: dict | None) -> list[str]:
+    if not data:
+        return []
+    lines = [f"- data: {data['source']}, vocabulary sha256 `{data['vocabulary_sha256'][:16]}`"]
+    for name, split in data["splits"].items():
+        where = split.get("files_sha256") or {
+            k: split[k] for k in ("tfds", "tfds_version", "generator") if k in split
+        }
+        kept = f", kept {split['kept']}" if "kept" in split else ""
+        lines.append(f"  - {name}: {split['pairs_read']} pairs read{kept}; {where}")
+    return lines
+
+
+def data_record(data: ml_collections.ConfigDict, tokenizer, splits: dict) -> dict:
+    """`data` of the card: the source, the vocabulary's sha256, and per split where its text
+    came from and how many pairs were read, kept and dropped (`splits`: name -> (TokenizedSplit,
+    filter counts or None))."""
+    out = {"source": data.source, "vocabulary_sha256": tokenizer.fingerprint, "splits": {}}
+    for name, (split, counts) in splits.items():
+        out["splits"][name] = {**split.source, "pairs_read": len(split), **(counts or {})}
+    return out
