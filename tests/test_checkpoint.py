@@ -16,7 +16,8 @@ from orbax.checkpoint._src.futures import future as ocp_future
 from tx import workdir as wd
 from tx.infer.translate import StaleAverage, _check_fresh
 from tx.train import checkpoint
-from tx.train.checkpoint import Checkpointer, average_last, averaging_steps
+from tx.train.averaging import average_last
+from tx.train.checkpoint import Checkpointer, averaging_steps
 from tx.train.trainer import TrainState
 
 

@@ -578,7 +578,8 @@ def test_beam_search_through_translate_scores_what_the_model_says(tiny, monkeypa
 )
 def test_tiny_rnn_trains_and_translates_through_the_shared_commands(root, tmp_path, config):
     from tx.infer.translate import load_model, translate
-    from tx.train.checkpoint import Checkpointer, average
+    from tx.train.averaging import average
+    from tx.train.checkpoint import Checkpointer
     from tx.train.loop import train
 
     tiny = load_config(str(root / "configs" / "tiny.py"))

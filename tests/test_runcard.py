@@ -10,7 +10,7 @@ import pytest
 from tx import workdir as wd
 from tx.eval.evaluate import evaluate_split
 from tx.train import runcard
-from tx.train.checkpoint import average
+from tx.train.averaging import average
 from tx.train.loop import train
 
 

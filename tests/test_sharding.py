@@ -11,7 +11,7 @@ import equivalence
 import numpy as np
 import pytest
 
-from tx.train.sharding import MeshError, check_model_fits, make_mesh, mesh_shape
+from tx.train.sharding import MeshError, check_sizes_fit, make_mesh, mesh_shape
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 WORKER = str(ROOT / "tests" / "multidevice_worker.py")
@@ -49,7 +49,8 @@ def test_mesh_shape_fills_one_axis_and_rejects_bad_meshes():
 
 def test_heads_must_divide_tensor_axis(tiny):
     mesh = make_mesh(tiny().mesh)
-    check_model_fits(mesh, 4, 64, 300)  # tensor = 1 here: anything fits
+    sizes = {"model.num_heads": 4, "model.d_ff": 64, "model.vocab_size": 300}
+    check_sizes_fit(mesh, sizes)  # tensor = 1 here: anything fits
 
     class FakeMesh:
         shape = {"tensor": 8}
@@ -57,7 +58,7 @@ def test_heads_must_divide_tensor_axis(tiny):
     with pytest.raises(
         MeshError, match="model.num_heads=4 is not divisible by mesh.shape.tensor=8"
     ):
-        check_model_fits(FakeMesh(), 4, 64, 320)
+        check_sizes_fit(FakeMesh(), {**sizes, "model.vocab_size": 320})
 
 
 def test_meshes_give_the_same_training_as_one_device(tmp_path):

@@ -190,7 +190,7 @@ def _aligned(args, cfg, loaded, lines: list[str]) -> list[str]:
 
 
 def _average(args, cfg) -> int:
-    from tx.train.checkpoint import average
+    from tx.train.averaging import average
 
     path, steps = average(cfg, args.workdir, args.last)
     print(json.dumps({"averaged": path, "steps": steps}))

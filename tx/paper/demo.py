@@ -5,16 +5,14 @@ from __future__ import annotations
 
 import json
 import os
-import time
 
 import jax
 import ml_collections
 
 from tx.data.dataset import split_text
-from tx.eval.evaluate import copy_baseline, evaluate_split
-from tx.infer.translate import load_model, translate
-from tx.train.checkpoint import average
-from tx.train.loop import train
+from tx.eval.evaluate import copy_baseline
+from tx.infer.translate import translate
+from tx.paper.pipeline import train_average_evaluate
 from tx.workdir import plots_dir
 
 SAMPLES = 5
@@ -23,19 +21,17 @@ ATTENTION_SENTENCE = "Today, she needs the boat."
 
 
 def run_demo(cfg: ml_collections.ConfigDict, workdir: str, say=print) -> dict:
-    start = time.perf_counter()
-    metrics = train(cfg, workdir)
-    train_secs = time.perf_counter() - start
-    path, steps = average(cfg, workdir)
-    say(f"\naveraged checkpoints {steps} -> {path}")
-    loaded = load_model(cfg, workdir)
-    pairs = split_text(cfg.data, "test")[:SAMPLES]
-    say("\nsample test translations (English -> German):")
-    for (src, ref), hyp in zip(pairs, translate(loaded, [s for s, _ in pairs], cfg), strict=True):
-        say(f"  EN   {src}\n  tx   {hyp}\n  REF  {ref}\n")
-    t0 = time.perf_counter()
-    result = evaluate_split(cfg, workdir, "test", loaded)
-    decode_secs = time.perf_counter() - t0
+    def show_samples(loaded, averaged) -> None:
+        path, steps = averaged
+        say(f"\naveraged checkpoints {steps} -> {path}")
+        pairs = split_text(cfg.data, "test")[:SAMPLES]
+        say("\nsample test translations (English -> German):")
+        sources = [s for s, _ in pairs]
+        for (src, ref), hyp in zip(pairs, translate(loaded, sources, cfg), strict=True):
+            say(f"  EN   {src}\n  tx   {hyp}\n  REF  {ref}\n")
+
+    run = train_average_evaluate(cfg, workdir, split="test", before_evaluate=show_samples)
+    metrics, result, loaded = run.metrics, run.scores, run.loaded
     baseline = copy_baseline(cfg, "test")
     summary = {
         "test_bleu": round(result["bleu"], 2),
@@ -48,8 +44,8 @@ def run_demo(cfg: ml_collections.ConfigDict, workdir: str, say=print) -> dict:
         if "dev_perplexity" in metrics
         else None,
         "train_steps": metrics["step"],
-        "train_seconds": round(train_secs, 1),
-        "decode_seconds": round(decode_secs, 1),
+        "train_seconds": round(run.train_secs, 1),
+        "decode_seconds": round(run.evaluate_secs, 1),
         "num_sentences": result["num_sentences"],
         "devices": jax.device_count(),
     }

@@ -14,6 +14,7 @@ rows one after another with the same train / average / evaluate functions as the
 from __future__ import annotations
 
 import dataclasses
+import functools
 import glob
 import json
 import os
@@ -215,9 +216,7 @@ def finished(workdir: str, row: Row, num_steps: int) -> bool:
 
 def run(table, rows, scale, root, overrides=(), say=print) -> list[str]:
     """Trains, averages and evaluates each row not yet finished; returns the workdirs."""
-    from tx.eval.evaluate import evaluate_split
-    from tx.train.checkpoint import average  # downstream of this module's planning half
-    from tx.train.loop import train
+    from tx.paper.pipeline import train_average_evaluate  # downstream of the planning half
 
     done = []
     for row in rows:
@@ -228,11 +227,14 @@ def run(table, rows, scale, root, overrides=(), say=print) -> list[str]:
             done.append(workdir)
             continue
         say(f"[{row.name}] {spec(row, scale)} -> {workdir}")
-        train(cfg, workdir)
-        runcard.record(workdir, "reproduce", {"table": table, "row": row.name, "scale": scale.name})
-        if cfg.decode.average_last > 1:
-            average(cfg, workdir)
-        result = evaluate_split(cfg, workdir, row.split)
+        entry = {"table": table, "row": row.name, "scale": scale.name}
+        result = train_average_evaluate(
+            cfg,
+            workdir,
+            split=row.split,
+            average=cfg.decode.average_last > 1,
+            after_train=functools.partial(runcard.record, workdir, "reproduce", entry),
+        ).scores
         say(f"[{row.name}] {row.split}: " + _scores_line(result))
         done.append(workdir)
     return done

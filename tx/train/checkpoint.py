@@ -1,4 +1,5 @@
-"""Orbax checkpoints: the train state and the data position, saved together, atomically.
+"""Orbax checkpoints: the train state and the data position, saved together, atomically, and
+the store of averaged parameters (computed by tx.train.averaging).
 
 Layout under the workdir (paths named in tx.workdir):
   checkpoints/<step>/state   TrainState (params, optimizer state, step, rng), sharded arrays
@@ -34,16 +35,19 @@ import shutil
 import threading
 
 import jax
-import jax.numpy as jnp
-import ml_collections
 import orbax.checkpoint as ocp
+
+# Private: no public API of orbax-checkpoint 0.12 reaches the threads still writing a failed save
+# (_join_commit_threads). wait_until_finished() and close() return at its first failed write,
+# no public call returns a save's futures, and the public orbax.checkpoint.future exports neither
+# CommitFuture nor the _SignalingThread it runs in. Telling them by name (mostly Python's default)
+# or start time would take in Orbax's long-lived event-loop threads, whose join never ends.
 from orbax.checkpoint._src.futures import future as ocp_future
 
 from tx import workdir as wd
-from tx.config import model_config
 from tx.model.counting import abstract_params
 from tx.model.transformer import ModelConfig
-from tx.train import runcard, sharding
+from tx.train import sharding
 from tx.train.distributed import all_true, barrier, process_lost
 
 DAMAGED_SUFFIX = ".damaged"
@@ -395,68 +399,10 @@ def restore_averaged(workdir: str, step: int, abstract_params):
         return restored["params"], dict(restored["meta"])
 
 
+# The one import of the model wing here (t5x's checkpoints never import a model: callers bring
+# the target, as every restore here does). It moves beside `average` (tx.train.averaging) once
+# tx.infer.translate, which calls checkpoint.param_target, imports it from there.
 def param_target(model_cfg: ModelConfig, layout: sharding.Layout):
     """The parameters as ShapeDtypeStructs with their shardings on `layout`: what inference
     and averaging restore into (no optimizer is built, no memory allocated)."""
     return layout.placed(abstract_params(model_cfg))
-
-
-def average(cfg: ml_collections.ConfigDict, workdir: str, last: int | None = None):
-    """`tx average`: the last `last` (default `decode.average_last`) averaging checkpoints of
-    `workdir` -> workdir/averaged/<step>; returns (path, averaged steps)."""
-    target = param_target(model_config(cfg), sharding.layout(cfg.mesh))
-    t = cfg.train
-    last = cfg.decode.average_last if last is None else last
-    path, steps = average_last(workdir, last, target, t.checkpoint_every_steps, t.num_steps)
-    runcard.record_average(workdir, path, steps)
-    return path, steps
-
-
-def average_last(
-    workdir: str, last: int, abstract_params, every: int = 0, final_step: int | None = None
-) -> tuple[str, list[int]]:
-    """Averages the parameters of the last `last` averaging checkpoints (those every `every`
-    steps and the final one; see `averaging_steps`) into `workdir/averaged/<step>`.
-
-    `abstract_params` (ShapeDtypeStructs with shardings) says how to lay the arrays out, so
-    sharded parameters are averaged shard by shard on their devices; the optimizer state is
-    never read.
-    """
-    ckpt = Checkpointer(workdir, keep=None, async_save=False)
-    steps = averaging_steps(ckpt.all_steps(), every, final_step)
-    if not steps:
-        raise FileNotFoundError(f"no checkpoints to average in {ckpt.directory}")
-    if last < 1:
-        raise ValueError(f"--last must be >= 1, got {last}")
-    chosen = steps[-last:]
-    if _already_averaged(workdir, chosen, abstract_params):  # e.g. `make demo` run twice
-        ckpt.close()
-        return os.path.join(wd.averaged_dir(workdir), str(chosen[-1])), chosen
-    total, unreadable = None, []
-    for step in chosen:  # a running sum: memory stays at two parameter trees
-        try:
-            params = ckpt.restore_params(step, abstract_params)
-        except UnreadableCheckpoint as e:  # go on: name every unreadable input at once
-            unreadable.append(str(e))
-            continue
-        params32 = jax.tree_util.tree_map(lambda x: x.astype(jnp.float32), params)
-        total = params32 if total is None else jax.tree_util.tree_map(jnp.add, total, params32)
-    ckpt.close()
-    if unreadable:
-        raise UnreadableCheckpoint("not averaging: " + "; ".join(unreadable))
-    n = len(chosen)
-    mean = jax.tree_util.tree_map(lambda t, a: (t / n).astype(a.dtype), total, abstract_params)
-    return save_params(workdir, chosen[-1], mean, chosen), chosen
-
-
-def _already_averaged(workdir: str, chosen: list[int], abstract_params) -> bool:
-    """Whether averaged/<last chosen step> holds the average of exactly `chosen`; one that
-    cannot be read is not (it is replaced, with a warning: it is derived data)."""
-    if chosen[-1] not in averaged_steps(workdir):
-        return False
-    try:
-        _, meta = restore_averaged(workdir, chosen[-1], abstract_params)
-    except UnreadableCheckpoint as e:
-        logging.warning("%s; averaging again", e)
-        return False
-    return meta["averaged_steps"] == chosen

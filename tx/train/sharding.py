@@ -162,12 +162,6 @@ def layout(mesh_cfg: ml_collections.ConfigDict, devices=None) -> Layout:
     return Layout(make_mesh(mesh_cfg, devices), rules(mesh_cfg))
 
 
-def check_model_fits(mesh: Mesh, num_heads: int, d_ff: int, vocab_size: int) -> None:
-    """Fails early when the tensor axis cannot split the Transformer's dimensions evenly."""
-    sizes = {"model.num_heads": num_heads, "model.d_ff": d_ff, "model.vocab_size": vocab_size}
-    check_sizes_fit(mesh, sizes)
-
-
 def check_sizes_fit(mesh: Mesh, sizes: dict[str, int]) -> None:
     """Fails early when the tensor axis cannot split these sizes ({config key: size}) evenly
     (each family's config lists its own: `tensor_split_sizes()`)."""

@@ -33,17 +33,12 @@ BUCKET_WIDTH = 5  # source words per bucket: the demo's sentences have 2 to abou
 
 def train_and_score(name: str, path: str, overrides, root: str, say=print) -> dict:
     """Trains (or finishes) one model, averages, evaluates the test split by length."""
-    from tx.eval.evaluate import evaluate_split
-    from tx.infer.translate import load_model
-    from tx.train.checkpoint import average
-    from tx.train.loop import train
+    from tx.paper.pipeline import train_average_evaluate
 
     cfg = load_config(config_path(path), list(overrides))
     workdir = os.path.join(root, name)
     say(f"road length: {name} ({path}) in {workdir}")
-    train(cfg, workdir)
-    average(cfg, workdir)
-    result = evaluate_split(cfg, workdir, "test", load_model(cfg, workdir), by_length=BUCKET_WIDTH)
+    result = train_average_evaluate(cfg, workdir, split="test", by_length=BUCKET_WIDTH).scores
     t = runcard.load(workdir)["totals"]
     return {
         "name": name,

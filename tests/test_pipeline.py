@@ -1,0 +1,77 @@
+"""tx.paper.pipeline: train -> average -> evaluate written once, and the demo through it."""
+
+import os
+import shutil
+
+from tx import workdir as wd
+from tx.paper.demo import run_demo
+from tx.paper.pipeline import train_average_evaluate
+from tx.train import runcard
+
+# The shared run's config (conftest `trained`), scoring 50 test sentences with short outputs.
+SHARED = ("train.num_steps=20", "train.checkpoint_every_steps=5")
+FAST = ("data.demo_eval_size=50", "decode.max_extra_len=4")
+
+
+def _fresh_copy(trained, tmp_path) -> str:
+    """The shared trained run without any average other tests may have added."""
+    work = str(tmp_path / "run")
+    shutil.copytree(trained, work)
+    shutil.rmtree(wd.averaged_dir(work), ignore_errors=True)
+    return work
+
+
+def test_train_average_evaluate_runs_the_steps_in_order(trained, tiny, tmp_path):
+    work = _fresh_copy(trained, tmp_path)
+    cfg = tiny(*SHARED, *FAST, "decode.average_last=2")
+    seen = []
+
+    def after_train():
+        seen.append(("after_train", "average" in runcard.load(work)))
+
+    def before_evaluate(loaded, averaged):
+        scored = "test" in runcard.load(work).get("scores", {})
+        seen.append(("before_evaluate", averaged, loaded.source, scored))
+
+    out = train_average_evaluate(
+        cfg, work, after_train=after_train, before_evaluate=before_evaluate
+    )
+    averaged = (os.path.join(wd.averaged_dir(work), "20"), [15, 20])
+    assert seen == [
+        ("after_train", False),
+        ("before_evaluate", averaged, "averaged/20 (steps [15, 20])", False),
+    ]
+    assert out.averaged == averaged and out.metrics["step"] == 20
+    assert out.loaded.source == out.scores["checkpoint"] == "averaged/20 (steps [15, 20])"
+    assert out.scores["split"] == "test" and out.scores["num_sentences"] == 50
+    assert "by_length" not in out.scores
+    card = runcard.load(work)
+    assert card["average"]["steps"] == [15, 20]
+    assert card["scores"]["test"]["bleu"] == out.scores["bleu"]
+    assert out.train_secs > 0 and out.evaluate_secs > 0
+
+
+def test_without_averaging_the_last_checkpoint_is_scored(trained, tiny, tmp_path):
+    work = _fresh_copy(trained, tmp_path)
+    cfg = tiny(*SHARED, *FAST)
+    out = train_average_evaluate(cfg, work, split="dev", average=False, by_length=5)
+    assert out.averaged is None and not os.path.exists(wd.averaged_dir(work))
+    assert out.scores["checkpoint"] == "checkpoints/20" and out.scores["split"] == "dev"
+    assert sum(b["sentences"] for b in out.scores["by_length"]) == out.scores["num_sentences"]
+    assert "average" not in runcard.load(work)
+
+
+def test_the_demo_prints_the_average_and_samples_before_the_scores(trained, tiny, tmp_path):
+    work = _fresh_copy(trained, tmp_path)
+    lines = []
+    summary = run_demo(tiny(*SHARED, *FAST), work, say=lines.append)
+    text = "\n".join(lines)
+    averaged = f"averaged checkpoints [5, 10, 15, 20] -> {wd.averaged_dir(work)}/20"
+    assert (
+        text.index(averaged) < text.index("sample test translations") < text.index("test sacreBLEU")
+    )
+    assert text.count("  EN   ") == 5
+    assert summary["train_steps"] == 20 and summary["num_sentences"] == 50
+    assert summary["train_seconds"] >= 0 and summary["decode_seconds"] > 0
+    assert summary["dev_perplexity"] is None  # the run had finished: nothing was evaluated
+    assert all(os.path.isfile(p) for p in summary["pictures"])
