@@ -6,10 +6,13 @@
     trainer.py       the pure, jitted train and eval steps and their sharded state
     loop.py          the loop: resume, batches, steps, evaluation, checkpoints, summaries
     checkpoint.py    Orbax checkpoints: save, restore, keep the last N, the averaged store
+    averaging.py     averaging the last N checkpoints (the paper's 5 / 20)
+    runlock.py       one run per workdir: the lock that train and average hold
     monitor.py       throughput, MFU, progress lines, TensorBoard summaries
     distributed.py   jax.distributed start-up, barriers, a lost process
     runcard.py       the run card: what ran, on what, with which code and data
-    aot.py           the train step compiled ahead of time: memory and FLOPs
+    aot.py           the train step compiled ahead of time for a slice: memory, step time
+    chips.py         HBM, peak FLOP/s and bandwidth of the TPUs and GPUs tx plans for
 
 May import: tx.tokens, tx.model, tx.config, tx.workdir, tx.data and this wing.
 """
