@@ -10,7 +10,8 @@ from tx import workdir as wd
 from tx.config import load_config
 from tx.infer.attention_maps import attention_weights, sentence_maps
 from tx.infer.translate import load_model, translate_pairs
-from tx.model.transformer import Transformer, init_cache
+from tx.model.transformer import Transformer
+from tx.model.transformer_decoding import init_cache
 from tx.tokens import BOS_ID, EOS_ID
 
 

@@ -1,3 +1,4 @@
+import dataclasses
 import json
 import random
 import subprocess
@@ -6,7 +7,10 @@ import sys
 import pytest
 
 from tx.config import ConfigError, load_config, model_config, split_config_args
-from tx.model.counting import analytic_param_count, param_counts
+from tx.model.counting import analytic_param_count, param_counts, train_flops_per_step
+from tx.model.families import FAMILIES
+from tx.model.rnn_config import RNNConfig
+from tx.model.shell import ConfigShell
 
 
 def base(root):
@@ -111,6 +115,28 @@ def test_param_counts_equal_formula(root, overrides, args):
     expected = expected_count(*args)
     assert param_counts(mc)["params"] == expected
     assert analytic_param_count(mc)["params"] == expected
+
+
+@pytest.mark.parametrize("name", sorted(FAMILIES))
+def test_every_family_fills_the_shell(name):
+    """Each family's config is a ConfigShell that declares every field the shell computes from."""
+    config = FAMILIES[name].config
+    assert issubclass(config, ConfigShell) and config.family == name
+    shared = set(ConfigShell.__annotations__) - {"family"}  # family: a ClassVar, not a field
+    assert shared <= {f.name for f in dataclasses.fields(config)}
+
+
+def test_counting_asks_the_families_registry(monkeypatch):
+    """tx.model.counting picks no formula itself: it returns what the family registers."""
+    rnn = FAMILIES["rnn"]
+    monkeypatch.setitem(
+        FAMILIES,
+        "rnn",
+        rnn._replace(param_count=lambda c: {"params": 7}, train_flops=lambda c, *n: sum(n)),
+    )
+    c = RNNConfig(vocab_size=10, d_model=4)
+    assert analytic_param_count(c) == {"params": 7}
+    assert train_flops_per_step(c, 1.0, 2.0, 3.0, 4.0) == 10.0
 
 
 def test_counts_near_paper_figures(root):

@@ -6,7 +6,10 @@ import numpy as np
 import pytest
 from flax import linen as nn
 
-from tx.model.transformer import ModelConfig, Transformer, incremental_decoder, shift_right
+from tx.model.shell import shift_right
+from tx.model.transformer import Transformer
+from tx.model.transformer_config import ModelConfig
+from tx.model.transformer_decoding import incremental_decoder
 from tx.tokens import BOS_ID, EOS_ID
 
 SMALL = dict(vocab_size=40, d_model=16, num_heads=2, d_ff=32, num_layers=2, dropout_rate=0.0)
@@ -242,7 +245,7 @@ def test_dropout_is_active_only_in_training():
 @pytest.mark.parametrize("packed", [False, True])
 def test_attention_implementations_compute_the_same_model(packed):
     """attention_impl "xla" (jax.nn.dot_product_attention; lengths for unpacked rows) and
-    "explicit" (the weights formed in tx.model.layers) on the same parameters: the same function
+    "explicit" (the weights formed in tx.model.attention) on the same parameters: the same function
     with reductions in another order, so within LOGITS_ATOL (observed 0 on a CPU: seeds 0-4,
     2 threads and taskset -c 0)."""
     model, params = make(attention_impl="explicit")

@@ -8,7 +8,7 @@ import treebank
 from tx.__main__ import main
 from tx.config import load_config
 from tx.model.counting import analytic_param_count
-from tx.model.transformer import ModelConfig
+from tx.model.transformer_config import ModelConfig
 from tx.paper import report, reproduce, tables
 from tx.train import runcard
 

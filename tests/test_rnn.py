@@ -35,7 +35,8 @@ from tx.infer.translate import LoadedModel, translate_ids
 from tx.model import cells
 from tx.model.counting import analytic_param_count, param_counts
 from tx.model.families import build_model
-from tx.model.rnn import RNNConfig, RNNSeq2Seq, reverse_source
+from tx.model.rnn import RNNSeq2Seq, reverse_source
+from tx.model.rnn_config import RNNConfig
 from tx.tokens import BOS_ID, EOS_ID, PAD_ID
 from tx.train import sharding
 

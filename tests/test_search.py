@@ -26,7 +26,9 @@ from tx.infer.search import (
     windows,
 )
 from tx.infer.search import top_k as search_top_k
-from tx.model.transformer import ModelConfig, Transformer, incremental_decoder, init_cache
+from tx.model.transformer import Transformer
+from tx.model.transformer_config import ModelConfig
+from tx.model.transformer_decoding import incremental_decoder, init_cache
 from tx.tokens import BOS_ID, EOS_ID
 
 V = 6  # pad, eos, unk, bos + two word tokens: emittable = {eos, unk, 4, 5}

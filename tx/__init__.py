@@ -19,8 +19,11 @@ shares. A module imports only from its own layer and the layers before it in thi
 
 from tx.config import ConfigError, load_config, model_config
 from tx.model.families import build_model
-from tx.model.rnn import RNNConfig, RNNSeq2Seq
-from tx.model.transformer import ModelConfig, Transformer, init_cache
+from tx.model.rnn import RNNSeq2Seq
+from tx.model.rnn_config import RNNConfig
+from tx.model.transformer import Transformer
+from tx.model.transformer_config import ModelConfig
+from tx.model.transformer_decoding import init_cache
 
 # The layers above, in order, and the wings among them (tests/test_layout.py reads both).
 LAYERS = [

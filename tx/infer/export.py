@@ -41,7 +41,7 @@ import numpy as np
 
 from tx.config import model_config
 from tx.model.layers import sinusoidal_encoding
-from tx.model.transformer import ModelConfig
+from tx.model.transformer_config import ModelConfig
 from tx.tokens import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 FORMATS = ("ctranslate2",)

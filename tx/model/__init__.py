@@ -1,10 +1,17 @@
 """The model wing: what a translation model is, independent of data, training and search.
 
-    layers.py        embeddings, attention (fused and explicit), feed-forward, dropout, masks
-    transformer.py   the Transformer (encode / decode, KV cache, incremental decoding)
-    cells.py, rnn.py the recurrent family (LSTM / GRU / tanh cells, seq2seq with attention)
-    families.py      `model.family` -> its frozen config, its module, its decoding pieces
-    counting.py      parameter counts and FLOPs per step, per family
+    layers.py                embeddings, positional encodings, feed-forward, LayerNorm, dropout
+    attention.py             multi-head attention (explicit and fused), masking, the cache layout
+    shell.py                 what every family shares: the config base (from_dict, dtypes,
+                             vocabulary rows, checks), shift_right, reorder_cache
+    transformer_config.py    the Transformer's frozen ModelConfig, its parameter and FLOP counts
+    transformer.py           the Transformer (encoder and decoder stacks, encode / decode)
+    transformer_decoding.py  its incremental decoding: the KV cache (init, resize), the decoder
+    cells.py                 the recurrent cells (LSTM / GRU / tanh) and their layers
+    rnn_config.py            the recurrent family's frozen RNNConfig, its parameter and FLOP counts
+    rnn.py                   the recurrent seq2seq (with or without attention), its decoder
+    families.py              `model.family` -> its config, module, decoding pieces and counts
+    counting.py              parameter counts and FLOPs per step, any family (via families)
 
-May import: tx.tokens and this wing.
+Imports run down this list. May import: tx.tokens and this wing.
 """

@@ -1,8 +1,10 @@
-"""Which model a config names: `model.family` -> its frozen config, its module, its decoder.
+"""Which model a config names: `model.family` -> its frozen config, its module, its decoder,
+its counts.
 
     mc = model_config(cfg.model)   # ModelConfig ("transformer", the default) or RNNConfig ("rnn")
     model = build_model(mc)  # Transformer or RNNSeq2Seq: the same teacher-forced __call__
     family(mc).incremental_decoder  # what tx.infer.decoders turns into a search Decoder
+    family(mc).train_flops  # what tx.model.counting reads (and param_count)
 
 Every place that needs a model (trainer, checkpoints, translate, evaluate, counting) builds it
 here, so data, training, checkpoints, search and scoring are shared by all families. A config
@@ -17,7 +19,7 @@ from typing import Any, NamedTuple
 
 from flax import linen as nn
 
-from tx.model import rnn, transformer
+from tx.model import rnn, rnn_config, transformer, transformer_config, transformer_decoding
 
 
 class Family(NamedTuple):
@@ -29,17 +31,31 @@ class Family(NamedTuple):
     rows_independent: bool
     # Decoder.resize_cache: a cache with a position axis can be grown window by window
     resize_cache: Callable | None
+    # config -> {"params", "encoder", "decoder", "embeddings"}: counted from the equations
+    param_count: Callable
+    # (config, src_tokens, tgt_tokens, src_len, tgt_len) -> model FLOPs of one training step
+    train_flops: Callable
 
 
 FAMILIES = {
     "transformer": Family(
-        transformer.ModelConfig,
+        transformer_config.ModelConfig,
         transformer.Transformer,
-        transformer.incremental_decoder,
+        transformer_decoding.incremental_decoder,
         True,
-        transformer.resize_cache,
+        transformer_decoding.resize_cache,
+        transformer_config.param_count,
+        transformer_config.train_flops,
     ),
-    "rnn": Family(rnn.RNNConfig, rnn.RNNSeq2Seq, rnn.incremental_decoder, False, None),
+    "rnn": Family(
+        rnn_config.RNNConfig,
+        rnn.RNNSeq2Seq,
+        rnn.incremental_decoder,
+        False,
+        None,
+        rnn_config.param_count,
+        rnn_config.train_flops,
+    ),
 }
 DEFAULT = "transformer"
 

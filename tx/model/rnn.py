@@ -12,7 +12,8 @@
 
 The model has the Transformer's interface: `__call__(inputs, targets)` -> teacher-forced
 logits, and the search decodes it through `incremental_decoder`, whose cache is the recurrent
-state (rows first, so tx.model.transformer.reorder_cache moves it with the beam).
+state (rows first, so tx.model.shell.reorder_cache moves it with the beam). The frozen
+architecture, `RNNConfig`, and its counts are tx.model.rnn_config's.
 
 The cells (and their gate order) are tx.model.cells'. Shape letters: b rows, s source length,
 t target length, m d_model (the embedding and hidden width), g gates, n hidden units (= m),
@@ -22,91 +23,19 @@ names (tx.model.layers' vocabulary), so the mesh rules shard it as they shard th
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Mapping
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 from flax import linen as nn
 
-from tx.model.cells import CELLS, Cell, CellWeights, cell_step, project, run_layer
-from tx.model.layers import Embed, constrain, padded_rows
-from tx.model.transformer import _DTYPES, reorder_cache, shift_right
+from tx.model.cells import Cell, CellWeights, cell_step, project, run_layer
+from tx.model.layers import Embed, constrain
+from tx.model.rnn_config import RNNConfig
+from tx.model.shell import reorder_cache, shift_right
 from tx.tokens import PAD_ID
 
 Array = jax.Array
-
-ATTENTION = ("none", "additive", "dot", "general")
-
-
-@dataclasses.dataclass(frozen=True)
-class RNNConfig:
-    """Architecture of a recurrent encoder-decoder (model.family = "rnn")."""
-
-    family: ClassVar[str] = "rnn"
-
-    vocab_size: int = 32000
-    vocab_multiple: int = 1  # embedding rows rounded up to a multiple of this (layers.Embed)
-    d_model: int = 256  # embedding width = hidden width of every layer (as the Transformer)
-    num_layers: int = 1  # stacked recurrent layers in the encoder and in the decoder
-    cell: str = "lstm"  # "lstm" | "gru" | "tanh" (Elman: h = tanh(W x + U h + b))
-    attention: str = "none"  # "none" (fixed-length summary) | "additive" | "dot" | "general"
-    reverse_source: bool = False  # Sutskever et al.: the encoder reads the source backwards
-    forget_bias: float = 1.0  # LSTM forget-gate bias at init (1: Jozefowicz et al. 2015)
-    dropout_rate: float = 0.1  # embeddings, between layers, before the softmax
-    share_embeddings: bool = True  # one matrix for source, target and pre-softmax
-    dtype: str = "float32"  # compute dtype
-    param_dtype: str = "float32"
-
-    def __post_init__(self):
-        for name in ("vocab_size", "vocab_multiple", "d_model", "num_layers"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"model.{name} must be positive, got {getattr(self, name)}")
-        if self.cell not in CELLS:
-            raise ValueError(f"model.cell must be one of {sorted(CELLS)}, got {self.cell!r}")
-        if self.attention not in ATTENTION:
-            raise ValueError(f"model.attention must be one of {ATTENTION}, got {self.attention!r}")
-        if not 0.0 <= self.dropout_rate < 1.0:
-            raise ValueError(f"model.dropout_rate must be in [0, 1), got {self.dropout_rate}")
-        for name in ("dtype", "param_dtype"):
-            if getattr(self, name) not in _DTYPES:
-                raise ValueError(
-                    f"model.{name} must be one of {sorted(_DTYPES)}, got {getattr(self, name)!r}"
-                )
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> RNNConfig:
-        """Builds from a config section, naming any key that is not a field."""
-        fields = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(d) - fields)
-        if unknown:
-            raise ValueError(f"unknown key(s) in config section 'model': {', '.join(unknown)}")
-        return cls(**dict(d))
-
-    @property
-    def gates(self) -> int:
-        return CELLS[self.cell]
-
-    @property
-    def compute_dtype(self):
-        return _DTYPES[self.dtype]
-
-    @property
-    def weight_dtype(self):
-        return _DTYPES[self.param_dtype]
-
-    @property
-    def vocab_rows(self) -> int:
-        """Rows of the embedding matrices: vocab_size rounded up to vocab_multiple."""
-        return padded_rows(self.vocab_size, self.vocab_multiple)
-
-    def tensor_split_sizes(self) -> dict[str, int]:
-        """The sizes the mesh's tensor axis splits (hidden units and vocabulary)."""
-        return {
-            "model.d_model": self.d_model,
-            "model.vocab_size (rounded up to model.vocab_multiple)": self.vocab_rows,
-        }
 
 
 def _cell(c: RNNConfig, name: str, d_context: int = 0) -> Cell:
@@ -183,7 +112,7 @@ def attention_context(kind: str, w: AttentionWeights, memory: Memory, query: Arr
     else:
         scores = jnp.einsum("bsk,bk->bs", memory.keys, query)
     scores = scores.astype(jnp.promote_types(scores.dtype, jnp.float32))
-    # As tx.model.layers.attention_weights: the most negative finite float, no NaN on empty rows.
+    # As tx.model.attention.attention_weights: the most negative finite float, no NaN on empty rows.
     scores = jnp.where(memory.mask, scores, jnp.finfo(scores.dtype).min)
     weights = jax.nn.softmax(scores, axis=-1)
     context = jnp.einsum("bs,bsm->bm", weights.astype(memory.annotations.dtype), memory.annotations)
@@ -425,10 +354,11 @@ class RNNSeq2Seq(nn.Module):
 def incremental_decoder(model: RNNSeq2Seq, params, inputs: Array, width: int, max_len: int):
     """What a search needs to decode `inputs` [b, s] with `width` rows per sentence.
 
-    Returns (tokens_to_logits, cache, reorder_cache) as transformer.incremental_decoder: the cache
-    is the recurrent state {"hidden", "cell"} [b*width, L, m] (sentence-major), which does not
-    grow with the output (`max_len` is not needed); the encoder's Memory is the same for a
-    sentence's rows and is closed over, as the Transformer's encoder output is.
+    Returns (tokens_to_logits, cache, reorder_cache) as the Transformer's
+    (tx.model.transformer_decoding): the cache is the recurrent state {"hidden", "cell"}
+    [b*width, L, m] (sentence-major), which does not grow with the output (`max_len` is not
+    needed); the encoder's Memory is the same for a sentence's rows and is closed over, as the
+    Transformer's encoder output is.
     """
     del max_len
     memory, state = model.apply({"params": params}, inputs, method=RNNSeq2Seq.encode)

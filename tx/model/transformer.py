@@ -1,7 +1,9 @@
 """The encoder-decoder Transformer of "Attention Is All You Need" (section 3).
 
-`ModelConfig` is the frozen architecture; the mode (`deterministic`, `incremental`) is a call
-argument. Token ids: 0 is padding (masked everywhere), `bos_id` starts the decoder input.
+`ModelConfig` (tx.model.transformer_config) is the frozen architecture; the mode
+(`deterministic`, `incremental`) is a call argument. Token ids: 0 is padding (masked
+everywhere), `bos_id` starts the decoder input. What a search needs to decode it step by step
+(the KV cache, `incremental_decoder`) is tx.model.transformer_decoding's.
 
 Packed rows are supported: optional `*_segments` (int [b, l], 0 = padding, 1.. = pair
 number within the row) keep attention inside one pair, and `*_positions` restart at 0 for
@@ -10,157 +12,17 @@ every pair.
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Mapping
-from typing import Any, ClassVar
-
 import jax
 import jax.numpy as jnp
 from flax import linen as nn
 
-from tx.model.layers import (
-    CACHE_POSITION_AXIS,
-    Dropout,
-    Embed,
-    FeedForward,
-    LayerNorm,
-    Masking,
-    MultiHeadAttention,
-    PositionEmbedding,
-    attention_impl,
-    constrain,
-    is_sentence_constant,
-    padded_rows,
-)
-from tx.tokens import BOS_ID, PAD_ID
+from tx.model.attention import Masking, MultiHeadAttention, attention_impl
+from tx.model.layers import Dropout, Embed, FeedForward, LayerNorm, PositionEmbedding, constrain
+from tx.model.shell import shift_right
+from tx.model.transformer_config import ModelConfig
+from tx.tokens import PAD_ID
 
 Array = jax.Array
-
-# float64 is for numerical tests on the CPU (with jax_enable_x64), not for training.
-_DTYPES = {
-    "float32": jnp.float32,
-    "bfloat16": jnp.bfloat16,
-    "float16": jnp.float16,
-    "float64": jnp.float64,
-}
-
-
-@dataclasses.dataclass(frozen=True)
-class ModelConfig:
-    """Architecture hyper-parameters; names follow the paper (Table 3 columns)."""
-
-    family: ClassVar[str] = "transformer"  # model.family (tx.model.families); not a field
-
-    vocab_size: int = 37000
-    vocab_multiple: int = 1  # embedding rows rounded up to a multiple of this (layers.Embed)
-    d_model: int = 512  # d_model
-    num_heads: int = 8  # h
-    d_k: int | None = None  # query/key width per head; None -> d_model // h
-    d_v: int | None = None  # value width per head; None -> d_model // h
-    d_ff: int = 2048  # inner feed-forward width
-    num_layers: int = 6  # N, for both stacks unless overridden below
-    num_encoder_layers: int | None = None
-    num_decoder_layers: int | None = None
-    dropout_rate: float = 0.1  # P_drop: sub-layer outputs and embedding+PE sums
-    attention_dropout_rate: float = 0.0  # on attention weights (not in the paper)
-    relu_dropout_rate: float = 0.0  # inside the feed-forward (not in the paper)
-    share_embeddings: bool = True  # one matrix for source, target and pre-softmax
-    positional: str = "sinusoidal"  # or "learned" (Table 3 row E)
-    max_len: int = 1024  # table size for learned positions
-    pre_ln: bool = False  # False = the paper's LayerNorm(x + Dropout(Sublayer(x)))
-    layer_norm_epsilon: float = 1e-6
-    dtype: str = "float32"  # compute dtype
-    param_dtype: str = "float32"
-    attention_impl: str = "auto"  # tx.model.layers.ATTENTION_IMPLS
-
-    def __post_init__(self):
-        h = self.num_heads
-        if h <= 0:
-            raise ValueError(f"model.num_heads must be positive, got {h}")
-        for name in ("d_k", "d_v"):
-            if getattr(self, name) is None:
-                if self.d_model % h:
-                    raise ValueError(
-                        f"model.d_model={self.d_model} is not divisible by model.num_heads={h}; "
-                        f"set model.{name} explicitly"
-                    )
-                object.__setattr__(self, name, self.d_model // h)
-        for name in ("num_encoder_layers", "num_decoder_layers"):
-            if getattr(self, name) is None:
-                object.__setattr__(self, name, self.num_layers)
-        _check_model(self)
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> ModelConfig:
-        """Builds from a config section, naming any key that is not a field."""
-        fields = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(d) - fields)
-        if unknown:
-            raise ValueError(f"unknown key(s) in config section 'model': {', '.join(unknown)}")
-        return cls(**dict(d))
-
-    @property
-    def compute_dtype(self):
-        return _DTYPES[self.dtype]
-
-    @property
-    def weight_dtype(self):
-        return _DTYPES[self.param_dtype]
-
-    @property
-    def vocab_rows(self) -> int:
-        """Rows of the embedding matrices: vocab_size rounded up to vocab_multiple."""
-        return padded_rows(self.vocab_size, self.vocab_multiple)
-
-    def tensor_split_sizes(self) -> dict[str, int]:
-        """The sizes the mesh's tensor axis splits (heads, feed-forward, vocabulary)."""
-        return {
-            "model.num_heads": self.num_heads,
-            "model.d_ff": self.d_ff,
-            "model.vocab_size (rounded up to model.vocab_multiple)": self.vocab_rows,
-        }
-
-
-def _check_model(c: ModelConfig) -> None:
-    positive = (
-        "vocab_size",
-        "vocab_multiple",
-        "d_model",
-        "d_k",
-        "d_v",
-        "d_ff",
-        "num_encoder_layers",
-        "num_decoder_layers",
-        "max_len",
-    )
-    for name in positive:
-        if getattr(c, name) <= 0:
-            raise ValueError(f"model.{name} must be positive, got {getattr(c, name)}")
-    for name in ("dropout_rate", "attention_dropout_rate", "relu_dropout_rate"):
-        if not 0.0 <= getattr(c, name) < 1.0:
-            raise ValueError(f"model.{name} must be in [0, 1), got {getattr(c, name)}")
-    if c.d_model % 2:
-        raise ValueError(f"model.d_model must be even for sinusoidal encodings, got {c.d_model}")
-    if c.positional not in ("sinusoidal", "learned"):
-        raise ValueError(
-            f"model.positional must be 'sinusoidal' or 'learned', got {c.positional!r}"
-        )
-    for name in ("dtype", "param_dtype"):
-        if getattr(c, name) not in _DTYPES:
-            raise ValueError(
-                f"model.{name} must be one of {sorted(_DTYPES)}, got {getattr(c, name)!r}"
-            )
-
-
-def shift_right(targets: Array, positions: Array | None = None) -> Array:
-    """Decoder input: targets shifted right by one, `bos_id` at every pair's first position.
-
-    targets: [b, t] int; positions: optional [b, t] per-pair positions (packed rows).
-    """
-    shifted = jnp.pad(targets, ((0, 0), (1, 0)), constant_values=BOS_ID)[:, :-1]
-    if positions is not None:
-        shifted = jnp.where(positions == 0, BOS_ID, shifted)
-    return jnp.where(targets == PAD_ID, PAD_ID, shifted) if positions is not None else shifted
 
 
 def _default_positions(tokens: Array) -> Array:
@@ -516,98 +378,3 @@ class Transformer(nn.Module):
         self.decoder(
             encoded, None, None, None, None, deterministic=True, incremental=True, prime=True
         )
-
-
-def init_cache(
-    model: Transformer, params, encoded: Array, inputs: Array, max_len: int, width: int = 1
-):
-    """The decoder's cache for `width` search rows per sentence and `max_len` output positions.
-
-    encoded: [b, s, m], inputs: [b, s] (one row per sentence). Self-attention keys and values
-    get b * width rows of zeros (index 0); cross-attention keys and values are projected from
-    `encoded` once, one row per sentence (its search rows share them).
-    """
-    targets = jnp.zeros((inputs.shape[0] * width, max_len), jnp.int32)
-
-    def allocate():
-        return model.apply(
-            {"params": params},
-            encoded,
-            inputs,
-            targets,
-            incremental=True,
-            method=Transformer.decode,
-            mutable=["cache"],
-        )[1]["cache"]
-
-    # Only the shapes are needed: no forward pass over max_len positions is run.
-    shapes = jax.eval_shape(allocate)
-    cache = jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
-    _, primed = model.apply(
-        {"params": params, "cache": cache},
-        encoded,
-        method=Transformer.prime,
-        mutable=["cache"],
-    )
-    return primed["cache"]
-
-
-def incremental_decoder(model: Transformer, params, inputs: Array, width: int, max_len: int):
-    """What a search needs to decode `inputs` [b, s] with `width` rows per sentence.
-
-    Returns (tokens_to_logits, cache, reorder_cache), the fields of tx.infer.search.Decoder:
-    the cache has room for b*width rows (sentence-major) and `max_len` output positions, and
-    the cross-attention state once per sentence; tokens_to_logits maps the previous tokens
-    [b*width, 1] and the cache to (logits [b*width, V] float32, new cache); reorder_cache is
-    `reorder_cache`.
-    """
-    encoded = model.apply({"params": params}, inputs, method=Transformer.encode)  # [b, s, m]
-    cache = init_cache(model, params, encoded, inputs, max_len, width)
-
-    def tokens_to_logits(ids: Array, cache):
-        logits, variables = model.apply(
-            {"params": params, "cache": cache},
-            encoded,
-            inputs,
-            ids,
-            incremental=True,
-            method=Transformer.decode,
-            mutable=["cache"],
-        )
-        return logits[:, 0], variables["cache"]
-
-    return tokens_to_logits, cache, reorder_cache
-
-
-def reorder_cache(cache, rows: Array):
-    """The cache of rows `rows` [n] int, for rows chosen within each sentence's block (as
-    beam search chooses them): self-attention keys/values follow their rows; the
-    cross-attention keys/values are held once per sentence and stay; step counters are
-    shared."""
-
-    def gather(path, x):
-        if x.ndim == 0 or is_sentence_constant(path[-1].key):
-            return x
-        return x[rows]
-
-    return jax.tree_util.tree_map_with_path(gather, cache)
-
-
-def resize_cache(cache, length: int):
-    """The cache with room for `length` output positions: the self-attention keys and values
-    cut to their first `length` positions or padded with zeros after them; the rest as it is.
-    Positions at or after the cache index are never attended to (the step's mask), so the
-    search may grow the cache window by window (tx.infer.search.windows) as long as `length` is at
-    least the number of positions written."""
-
-    def resize(path, x):
-        axis = CACHE_POSITION_AXIS.get(path[-1].key)
-        if axis is None or x.shape[axis] == length:
-            return x
-        if x.shape[axis] > length:
-            return jax.lax.slice_in_dim(x, 0, length, axis=axis)
-        widths = [(0, 0)] * x.ndim
-        widths[axis] = (0, length - x.shape[axis])
-        return jnp.pad(x, widths)
-
-    return jax.tree_util.tree_map_with_path(resize, cache)

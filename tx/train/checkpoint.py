@@ -46,7 +46,7 @@ from orbax.checkpoint._src.futures import future as ocp_future
 
 from tx import workdir as wd
 from tx.model.counting import abstract_params
-from tx.model.transformer import ModelConfig
+from tx.model.transformer_config import ModelConfig
 from tx.train import sharding
 from tx.train.distributed import all_true, barrier, process_lost
 

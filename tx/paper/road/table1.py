@@ -29,7 +29,7 @@ import numpy as np
 from flax import linen as nn
 
 from tx.model import cells
-from tx.model.layers import MultiHeadAttention
+from tx.model.attention import MultiHeadAttention
 from tx.paper.road import markdown_table
 from tx.paper.road.published import SEED_TIMING_MS, TABLE1
 from tx.viz import plots

@@ -1,0 +1,132 @@
+"""The Transformer's frozen architecture, `ModelConfig`, and what follows from it alone: its
+parameters counted from the paper's equations (`param_count`) and the FLOPs of a training step
+(`train_flops`), which tx.model.counting reads through the family's entry in tx.model.families.
+The module that runs it is tx.model.transformer's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import ClassVar
+
+from tx.model.shell import ConfigShell, check_dtypes, check_positive, check_rates
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig(ConfigShell):
+    """Architecture hyper-parameters; names follow the paper (Table 3 columns)."""
+
+    family: ClassVar[str] = "transformer"  # model.family (tx.model.families); not a field
+
+    vocab_size: int = 37000
+    vocab_multiple: int = 1  # embedding rows rounded up to a multiple of this (layers.Embed)
+    d_model: int = 512  # d_model
+    num_heads: int = 8  # h
+    d_k: int | None = None  # query/key width per head; None -> d_model // h
+    d_v: int | None = None  # value width per head; None -> d_model // h
+    d_ff: int = 2048  # inner feed-forward width
+    num_layers: int = 6  # N, for both stacks unless overridden below
+    num_encoder_layers: int | None = None
+    num_decoder_layers: int | None = None
+    dropout_rate: float = 0.1  # P_drop: sub-layer outputs and embedding+PE sums
+    attention_dropout_rate: float = 0.0  # on attention weights (not in the paper)
+    relu_dropout_rate: float = 0.0  # inside the feed-forward (not in the paper)
+    share_embeddings: bool = True  # one matrix for source, target and pre-softmax
+    positional: str = "sinusoidal"  # or "learned" (Table 3 row E)
+    max_len: int = 1024  # table size for learned positions
+    pre_ln: bool = False  # False = the paper's LayerNorm(x + Dropout(Sublayer(x)))
+    layer_norm_epsilon: float = 1e-6
+    dtype: str = "float32"  # compute dtype
+    param_dtype: str = "float32"
+    attention_impl: str = "auto"  # tx.model.attention.ATTENTION_IMPLS
+
+    def __post_init__(self):
+        h = self.num_heads
+        if h <= 0:
+            raise ValueError(f"model.num_heads must be positive, got {h}")
+        for name in ("d_k", "d_v"):
+            if getattr(self, name) is None:
+                if self.d_model % h:
+                    raise ValueError(
+                        f"model.d_model={self.d_model} is not divisible by model.num_heads={h}; "
+                        f"set model.{name} explicitly"
+                    )
+                object.__setattr__(self, name, self.d_model // h)
+        for name in ("num_encoder_layers", "num_decoder_layers"):
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, self.num_layers)
+        _check_model(self)
+
+    def tensor_split_sizes(self) -> dict[str, int]:
+        """The sizes the mesh's tensor axis splits (heads, feed-forward, vocabulary)."""
+        return {
+            "model.num_heads": self.num_heads,
+            "model.d_ff": self.d_ff,
+            "model.vocab_size (rounded up to model.vocab_multiple)": self.vocab_rows,
+        }
+
+
+def _check_model(c: ModelConfig) -> None:
+    positive = (
+        "vocab_size",
+        "vocab_multiple",
+        "d_model",
+        "d_k",
+        "d_v",
+        "d_ff",
+        "num_encoder_layers",
+        "num_decoder_layers",
+        "max_len",
+    )
+    check_positive(c, positive)
+    check_rates(c, ("dropout_rate", "attention_dropout_rate", "relu_dropout_rate"))
+    if c.d_model % 2:
+        raise ValueError(f"model.d_model must be even for sinusoidal encodings, got {c.d_model}")
+    if c.positional not in ("sinusoidal", "learned"):
+        raise ValueError(
+            f"model.positional must be 'sinusoidal' or 'learned', got {c.positional!r}"
+        )
+    check_dtypes(c)
+
+
+def param_count(c: ModelConfig) -> dict[str, int]:
+    """The paper's architecture counted from its equations (bias-free attention projections,
+    feed-forward with biases, two LayerNorms per encoder layer and three per decoder layer)."""
+    m, h = c.d_model, c.num_heads
+    attention = m * h * c.d_k * 2 + m * h * c.d_v + h * c.d_v * m
+    ffn = 2 * m * c.d_ff + c.d_ff + m
+    norm = 2 * m
+    final_norm = norm if c.pre_ln else 0
+    positions = c.max_len * m if c.positional == "learned" else 0
+    encoder = c.num_encoder_layers * (attention + ffn + 2 * norm) + final_norm + positions
+    decoder = c.num_decoder_layers * (2 * attention + ffn + 3 * norm) + final_norm + positions
+    embeddings = c.vocab_size * m * (1 if c.share_embeddings else 3)
+    return {
+        "params": encoder + decoder + embeddings,
+        "encoder": encoder,
+        "decoder": decoder,
+        "embeddings": embeddings,
+    }
+
+
+def train_flops(
+    c: ModelConfig, src_tokens: float, tgt_tokens: float, src_len: float, tgt_len: float
+) -> float:
+    """Model FLOPs of one training step (forward + backward = 3 x forward, 2 per MAC).
+
+    6 x (encoder weights x source tokens + (decoder weights + softmax) x target tokens), plus
+    attention scores: 6 x 2 x (h * d_k + h * d_v)/2-style terms over the attended lengths.
+    """
+    counts = param_count(c)
+    softmax = c.vocab_size * c.d_model
+    dense = 6 * (counts["encoder"] * src_tokens + (counts["decoder"] + softmax) * tgt_tokens)
+    hd = c.num_heads * (c.d_k + c.d_v)
+    attn = (
+        6
+        * hd
+        * (
+            c.num_encoder_layers * src_tokens * src_len
+            + c.num_decoder_layers * tgt_tokens * (tgt_len / 2 + src_len)
+        )
+    )
+    return float(dense + attn)
