@@ -255,3 +255,18 @@ def test_a_damaged_run_card_is_moved_aside(run, damage, caplog):
     assert open(path + ".damaged", "rb").read() == damaged and not os.path.exists(path)
     runcard.record(run, "note", 1)  # the next writer starts a new card
     assert runcard.load(run)["note"] == 1
+
+
+def test_average_holds_the_workdir_too(run, tiny):
+    from tx.train.averaging import average
+
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        _write_lock(run, pid=sleeper.pid)
+        cfg = tiny("train.num_steps=20", "train.checkpoint_every_steps=5")
+        with pytest.raises(WorkdirBusy, match=f"in use by pid {sleeper.pid}"):
+            average(cfg, run)
+        assert not os.path.exists(os.path.join(run, "averaged"))
+    finally:
+        sleeper.kill()
+        sleeper.wait()

@@ -20,7 +20,7 @@ import ml_collections
 
 from tx import workdir as wd
 from tx.config import model_config
-from tx.train import runcard, sharding
+from tx.train import runcard, runlock, sharding
 from tx.train.checkpoint import (
     Checkpointer,
     UnreadableCheckpoint,
@@ -32,14 +32,21 @@ from tx.train.checkpoint import (
 )
 
 
-def average(cfg: ml_collections.ConfigDict, workdir: str, last: int | None = None):
+def average(
+    cfg: ml_collections.ConfigDict,
+    workdir: str,
+    last: int | None = None,
+    take_over_lock: bool = False,
+):
     """`tx average`: the last `last` (default `decode.average_last`) averaging checkpoints of
-    `workdir` -> workdir/averaged/<step>; returns (path, averaged steps)."""
+    `workdir` -> workdir/averaged/<step>; returns (path, averaged steps). It writes into the
+    run, so it holds the run's lock (tx.train.runlock) as `train` does."""
     target = param_target(model_config(cfg), sharding.layout(cfg.mesh))
     t = cfg.train
     last = cfg.decode.average_last if last is None else last
-    path, steps = average_last(workdir, last, target, t.checkpoint_every_steps, t.num_steps)
-    runcard.record_average(workdir, path, steps)
+    with runlock.hold(workdir, take_over=take_over_lock):
+        path, steps = average_last(workdir, last, target, t.checkpoint_every_steps, t.num_steps)
+        runcard.record_average(workdir, path, steps)
     return path, steps
 
 
