@@ -143,8 +143,8 @@ def _parse_value(raw: str, current):
 
 
 def model_config(cfg: ml_collections.ConfigDict):
-    """The frozen architecture from `cfg.model` (tx.model.transformer.ModelConfig or
-    tx.model.rnn.RNNConfig, as `model.family` says; absent = "transformer")."""
+    """The frozen architecture from `cfg.model` (tx.model.transformer_config.ModelConfig or
+    tx.model.rnn_config.RNNConfig, as `model.family` says; absent = "transformer")."""
     section = cfg.model.to_dict()
     family = families.FAMILIES.get(section.get("family", families.DEFAULT))
     if family is not None:

@@ -2,7 +2,7 @@
 
 One teacher-forced pass of the real model in deterministic mode (no dropout) over the source
 and a target (the model's own translation, or a given one) collects the softmax weights that
-every MultiHeadAttention sows into the "intermediates" collection (tx.model.layers). Because the
+every MultiHeadAttention sows into the "intermediates" collection (tx.model.attention). Because the
 decoder is causal, the weights of position t are those it had when it produced target token t
 during search: the pass reads what decoding did, without touching the search code.
 

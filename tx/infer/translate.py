@@ -28,6 +28,7 @@ from tx.data.pipeline import eval_batches
 from tx.data.tokenizer import Tokenizer, run_tokenizer
 from tx.infer.decoders import decoder, ensemble_decoder
 from tx.infer.search import Strategy
+from tx.model.counting import abstract_params
 from tx.model.families import build_model
 from tx.tokens import EOS_ID, PAD_ID
 from tx.train import checkpoint, sharding
@@ -73,7 +74,7 @@ def load_model(
     tokenizer = run_tokenizer(workdir)
     mc = model_config(cfg)
     layout = sharding.layout(cfg.mesh)
-    target = checkpoint.param_target(mc, layout)
+    target = layout.placed(abstract_params(mc))  # no optimizer built, no memory allocated
     avg_steps = checkpoint.averaged_steps(workdir)
     if checkpoint_step is None and avg_steps and averaged is not False:
         _check_fresh(cfg, workdir, avg_steps[-1])

@@ -20,13 +20,13 @@ import ml_collections
 
 from tx import workdir as wd
 from tx.config import model_config
+from tx.model.counting import abstract_params
 from tx.train import runcard, runlock, sharding
 from tx.train.checkpoint import (
     Checkpointer,
     UnreadableCheckpoint,
     averaged_steps,
     averaging_steps,
-    param_target,
     restore_averaged,
     save_params,
 )
@@ -41,7 +41,7 @@ def average(
     """`tx average`: the last `last` (default `decode.average_last`) averaging checkpoints of
     `workdir` -> workdir/averaged/<step>; returns (path, averaged steps). It writes into the
     run, so it holds the run's lock (tx.train.runlock) as `train` does."""
-    target = param_target(model_config(cfg), sharding.layout(cfg.mesh))
+    target = sharding.layout(cfg.mesh).placed(abstract_params(model_config(cfg)))
     t = cfg.train
     last = cfg.decode.average_last if last is None else last
     with runlock.hold(workdir, take_over=take_over_lock):

@@ -45,9 +45,6 @@ import orbax.checkpoint as ocp
 from orbax.checkpoint._src.futures import future as ocp_future
 
 from tx import workdir as wd
-from tx.model.counting import abstract_params
-from tx.model.transformer_config import ModelConfig
-from tx.train import sharding
 from tx.train.distributed import all_true, barrier, process_lost
 
 DAMAGED_SUFFIX = ".damaged"
@@ -397,12 +394,3 @@ def restore_averaged(workdir: str, step: int, abstract_params):
             ),
         )
         return restored["params"], dict(restored["meta"])
-
-
-# The one import of the model wing here (t5x's checkpoints never import a model: callers bring
-# the target, as every restore here does). It moves beside `average` (tx.train.averaging) once
-# tx.infer.translate, which calls checkpoint.param_target, imports it from there.
-def param_target(model_cfg: ModelConfig, layout: sharding.Layout):
-    """The parameters as ShapeDtypeStructs with their shardings on `layout`: what inference
-    and averaging restore into (no optimizer is built, no memory allocated)."""
-    return layout.placed(abstract_params(model_cfg))

@@ -1,7 +1,7 @@
 """`road table1`: the paper's Table 1 measured rather than asserted.
 
 Four layers of width d = 512 read a batch of sequences of n = 16 .. 1024 positions (forward
-pass, float32): self-attention (tx.model.layers.MultiHeadAttention, 8 heads), recurrent (an LSTM
+pass, float32): self-attention (tx.model.attention.MultiHeadAttention, 8 heads), recurrent (an LSTM
 layer, tx.model.cells), convolutional (kernel k = 3, d -> d) and restricted self-attention (each
 position attends to the r = 32 positions around it, computed in blocks of r); the
 convolution is causal, as in ConvS2S's decoder and WaveNet. For each:
