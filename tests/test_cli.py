@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -157,3 +158,60 @@ def test_translate_cli_takes_another_search_strategy(root, workdir):
         root, "translate", "--workdir", workdir, "--config.decode.strategy=greedy", stdin=text
     )
     assert len(out.splitlines()) == 2
+
+
+# Each command's own options (README's flags among them): `COMMAND --help` lists them all.
+OWN_OPTIONS = {
+    "info": ("--config", "--devices", "--workdir"),
+    "train": ("--config", "--workdir", "--coordinator_address", "--num_processes", "--process_id"),
+    "translate": (
+        *("--workdir", "--checkpoint", "--input", "--output", "--nbest", "--alignments"),
+        *("--align_layer", "--engine", "--model", "--device", "--compute_type", "--threads"),
+    ),
+    "average": ("--workdir", "--last"),
+    "evaluate": (
+        *("--workdir", "--checkpoint", "--split", "--json", "--bootstrap", "--output"),
+        *("--by-length", "--bucket_width", "--out", "--engine", "--model"),
+    ),
+    "export": ("--workdir", "--checkpoint", "--format", "--out", "--quantization"),
+    "serve": ("--workdir", "--checkpoint", "--engine", "--model", "--host", "--port"),
+    "attention": ("--workdir", "--checkpoint", "--text", "--out"),
+    "plot": ("--workdir", "--out", "--positional", "--d_model"),
+    "demo": ("--config", "--workdir"),
+    "compile": ("--config", "--topology"),
+    "reproduce": (
+        *("--table", "--rows", "--root", "--plan", "--run", "--report", "--json"),
+        *("--scale", "--steps", "--hardware", "--mfu", "--results"),
+    ),
+    "road": ("--results", "--root"),
+}
+# Options that belong to one command or a few: no other command's --help shows them.
+DISTINCT = {"--devices", "--nbest", "--last", "--bootstrap", "--quantization", "--port"}
+DISTINCT |= {"--text", "--positional", "--topology", "--table", "--alignments", "--engine"}
+
+
+@pytest.mark.parametrize("command", sorted(OWN_OPTIONS))
+def test_each_command_lists_its_own_options_only(root, command):
+    res = subprocess.run(
+        [sys.executable, "-m", "tx", command, "--help"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert res.stdout.startswith(f"usage: python -m tx {command} ")
+    listed = set(re.findall(r"^ {2}(--[\w.-]+)", res.stdout, re.MULTILINE))
+    listed |= set(re.findall(r", (--[\w.-]+)", res.stdout))  # --by-length, --by_length
+    assert set(OWN_OPTIONS[command]) <= listed, set(OWN_OPTIONS[command]) - listed
+    others = {o for c, own in OWN_OPTIONS.items() if c != command for o in own}
+    foreign = (DISTINCT & others) - set(OWN_OPTIONS[command])
+    assert not listed & foreign, listed & foreign
+
+
+def test_global_options_before_the_command(root, tmp_path, tiny):
+    # --workdir (and --config) may stand before the command; a command without one refuses it.
+    err = run_tx_fails(root, f"--workdir={tmp_path}", "--config", tiny.path, "translate")
+    assert f"error: {tmp_path} is not a tx run (it has no config.json)" in err
+    err = run_tx_fails(root, f"--workdir={tmp_path}", "compile", "--config", tiny.path)
+    assert "error: compile takes no --workdir" in err

@@ -256,20 +256,36 @@ def _scores_line(s: dict) -> str:
     return f"tokenized BLEU {s['tok_bleu']:.2f}, sacreBLEU {s['bleu']:.2f}"
 
 
-def main(args, overrides) -> int:
-    """`python -m tx reproduce ...` (flags parsed by tx.__main__)."""
+def main(
+    *,
+    table: int,
+    rows: str | None = None,
+    scale: str = "full",
+    steps: int | None = None,
+    hardware_name: str | None = None,
+    mfu: float | None = None,
+    root: str = "runs",
+    results: str = "results",
+    mode: str = "plan",
+    as_json: bool = False,
+    overrides=(),
+) -> int:
+    """`python -m tx reproduce ...` (tx.cli.reproduce): `mode` "plan" prints what would run
+    (JSON with `as_json`), "run" runs the unfinished rows and reports, "report" reports."""
+    if mode not in ("plan", "run", "report"):
+        raise ConfigError(f"reproduce: mode {mode!r} is not plan, run or report")
     try:
-        rows = select(args.table, args.rows)
-        scale = Scale(args.scale, args.steps)
-        hw = hardware(args.hardware)
+        chosen = select(table, rows)
+        sized = Scale(scale, steps)
+        hw = hardware(hardware_name)
     except ReproduceError as e:
         raise ConfigError(str(e)) from e
-    if args.run:
-        run(args.table, rows, scale, args.root, overrides)
-    if args.report or args.run:
-        for path in report(args.table, rows, scale, args.root, args.results):
+    if mode == "run":
+        run(table, chosen, sized, root, overrides)
+    if mode in ("run", "report"):
+        for path in report(table, chosen, sized, root, results):
             print(f"wrote {path}")
-    if not (args.run or args.report):
-        p = plan(args.table, rows, scale, args.root, hw, args.mfu, overrides)
-        print(json.dumps(p, indent=2) if args.json else format_plan(p))
+    if mode == "plan":
+        p = plan(table, chosen, sized, root, hw, mfu, overrides)
+        print(json.dumps(p, indent=2) if as_json else format_plan(p))
     return 0

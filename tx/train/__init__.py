@@ -11,6 +11,7 @@
     monitor.py       throughput, MFU, progress lines, TensorBoard summaries
     distributed.py   jax.distributed start-up, barriers, a lost process
     runcard.py       the run card: what ran, on what, with which code and data
+    sizing.py        what a config asks for: parameters, rows and real tokens per step
     aot.py           the train step compiled ahead of time for a slice: memory, step time
     chips.py         HBM, peak FLOP/s and bandwidth of the TPUs and GPUs tx plans for
 

@@ -48,8 +48,11 @@ def write_report(results: str, name: str, command: str, seconds: float, body: st
     return [md, png]
 
 
-def main(name: str | None, results: str, root: str, overrides=(), say=print) -> int:
-    """Runs experiment `name` and writes its report under `results`."""
+def main(
+    *, name: str | None, results: str = "results", root: str = "runs", overrides=(), say=print
+) -> int:
+    """Runs experiment `name` and writes its report under `results` (its workdirs, if it
+    trains runs, under `root`); `overrides` (`key=value`) apply to the runs' configs."""
     if name not in EXPERIMENTS:
         from tx.config import ConfigError
 

@@ -1,0 +1,29 @@
+"""`python -m tx serve --workdir W [--host H --port P]` (or `--engine ctranslate2 --model DIR`):
+an HTTP JSON translation server, `POST /translate` and `GET /health` (tx.infer.server); several
+--workdir or --checkpoint serve an ensemble."""
+
+from __future__ import annotations
+
+import argparse
+
+from tx.cli import options
+
+CONFIG = "run"
+
+
+def add_options(p: argparse.ArgumentParser) -> None:
+    options.config(p)
+    options.workdir(p, "the run (several: an ensemble)", many=True)
+    options.checkpoint(p, many=True)
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    p.add_argument("--port", type=int, default=8080, help="port")
+    options.engine(p)
+    options.distributed(p)
+
+
+def run(args: argparse.Namespace, cfg) -> int:
+    from tx.infer.engines import load_engine
+    from tx.infer.server import serve
+
+    serve(load_engine(cfg, **options.engine_kwargs(args)), cfg, args.host, args.port)
+    return 0
