@@ -176,6 +176,12 @@ def _config(command, args: argparse.Namespace, path: str | None, overrides: list
         path = path or run_config
     elif model:
         path = path or _export_config(model)
+    elif (
+        command.CONFIG == "new run"
+        and not path
+        and os.path.exists(workdir.config_file(args.workdir))
+    ):
+        path = workdir.config_file(args.workdir)  # resume a run with its own config
     path = path or getattr(command, "DEFAULT_CONFIG", None)
     if path is None:
         raise UsageError("--config FILE is required")
@@ -212,6 +218,7 @@ def _user_errors() -> tuple:
     from tx.infer.translate import StaleAverage
     from tx.train.checkpoint import UnreadableCheckpoint
     from tx.train.loop import Diverged
+    from tx.train.runlock import WorkdirBusy
     from tx.train.sharding import MeshError
     from tx.viz.pictures import PictureError
 
@@ -229,6 +236,7 @@ def _user_errors() -> tuple:
         ExportError,
         EngineError,
         FileNotFoundError,
+        WorkdirBusy,
     )
 
 

@@ -18,12 +18,13 @@ def add_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--last", type=int, metavar="N", help="how many checkpoints (default decode.average_last)"
     )
+    options.take_over_lock(p)
     options.distributed(p)
 
 
 def run(args: argparse.Namespace, cfg) -> int:
     from tx.train.averaging import average
 
-    path, steps = average(cfg, args.workdir, args.last)
+    path, steps = average(cfg, args.workdir, args.last, take_over_lock=args.take_over_lock)
     print(json.dumps({"averaged": path, "steps": steps}))
     return 0

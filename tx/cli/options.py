@@ -29,6 +29,16 @@ def workdir(p: argparse.ArgumentParser, help: str, many: bool = False) -> None:
         p.add_argument("--workdir", metavar="W", help=help)
 
 
+def take_over_lock(p: argparse.ArgumentParser) -> None:
+    """`--take-over-lock`: for the commands that write into a run (tx.train.runlock)."""
+    p.add_argument(
+        "--take-over-lock",
+        action="store_true",
+        help="take the workdir's lock from a run known to be gone (e.g. on a machine that "
+        "died); a lock whose process is gone on this host is taken without it",
+    )
+
+
 def checkpoint(p: argparse.ArgumentParser, many: bool = False) -> None:
     """`--checkpoint STEP` (dest `checkpoint`), or with `many` several (dest `checkpoints`)."""
     if many:

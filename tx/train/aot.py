@@ -29,14 +29,65 @@ from jax.experimental import topologies
 from tx.data import dataset
 from tx.model.counting import train_flops_per_step
 from tx.train import trainer as trainer_lib
+from tx.train.chips import by_name
 from tx.train.chips import chip as chip_of
+
+# XLA's GPU target description (its gpu_specs format) of a Hopper SXM part: what the GPU
+# compiler needs to compile without the device. Hopper H100 and H200 share the SM (132 cores,
+# compute capability 9.0); they differ in memory size and bandwidth (tx.train.chips).
+_HOPPER = """gpu_device_info {{
+  threads_per_block_limit: 1024 threads_per_warp: 32 shared_memory_per_block: 49152
+  shared_memory_per_core: 233472 threads_per_core_limit: 2048 core_count: 132
+  fpus_per_core: 128 block_dim_limit_x: 2147483647 block_dim_limit_y: 65535
+  block_dim_limit_z: 65535 memory_bandwidth: {bandwidth} l2_cache_size: 52428800
+  clock_rate_ghz: 1.98 device_memory_size: {memory} shared_memory_per_block_optin: 232448
+  cuda_compute_capability {{ major: 9 }} registers_per_core_limit: 65536
+  registers_per_block_limit: 65536
+}}
+platform_name: "CUDA"
+dnn_version_info {{ major: 9 minor: 8 }}
+runtime_version {{ major: 12 minor: 8 patch: 0 }}
+device_description_str: "{kind}"
+"""
+GPUS = {"h100": "NVIDIA H100 80GB HBM3", "h200": "NVIDIA H200"}
+
+
+def gpu_devices(name: str, count: int):
+    """`count` GPUs of one node (h100 / h200) described for XLA's GPU compiler, without the
+    hardware: needs jax's CUDA plugin (pip install 'tx[cuda]'); nothing runs on a GPU."""
+    # The plugin checks the CUDA driver when it starts: deviceless there is none to check.
+    os.environ.setdefault("JAX_SKIP_CUDA_CONSTRAINTS_CHECK", "1")
+    os.environ.setdefault("CUDA_VISIBLE_DEVICES", "-1")
+    spec = by_name(name)
+    config = _HOPPER.format(
+        bandwidth=int(spec.hbm_tbytes_per_sec * 1e12), memory=spec.hbm_bytes, kind=GPUS[name]
+    )
+    try:
+        topology = topologies.get_topology_desc(
+            platform="cuda", target_config=config, topology=f"1x1x{count}"
+        )
+    except Exception as e:  # noqa: BLE001 - no CUDA plugin, or jax's GPU topology refused
+        raise RuntimeError(
+            f"cannot describe {count} x {name} here ({type(e).__name__}: {e}); install jax's "
+            "CUDA plugin (pip install 'tx[cuda]'), and compile before anything else starts jax"
+        ) from e
+    return topology.devices
 
 
 def topology_devices(topology: str):
-    """Devices of a named TPU topology (e.g. "v4:2x2x2"), from libtpu, without the hardware."""
+    """Devices of a named topology without the hardware: a TPU slice ("v5p:2x2x1", from
+    libtpu) or one GPU node ("h100:8", "h200:8", from jax's CUDA plugin)."""
+    kind, _, count = topology.partition(":")
+    if kind.lower() in GPUS:
+        if not count.isdigit() or int(count) < 1:
+            raise RuntimeError(f"--topology {topology}: give {kind}:N, N GPUs of one node")
+        return gpu_devices(kind.lower(), int(count))
     # libtpu asks the VM's metadata server what it runs on; deviceless, say it outright.
     os.environ.setdefault("TPU_ACCELERATOR_TYPE", "v5p-8")
     os.environ.setdefault("TPU_WORKER_HOSTNAMES", "localhost")
+    # Describing a slice touches no chip: other processes (a second compile, the test suite's
+    # workers) may load libtpu at the same time.
+    os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
     try:
         return topologies.get_topology_desc(topology, "tpu").devices
     except Exception as e:  # noqa: BLE001 - libtpu missing or unknown topology: say so
@@ -106,6 +157,7 @@ def estimate(report: dict) -> dict:
     # and its outputs less those that reuse donated inputs.
     hbm = memory["arguments"] + memory["temporaries"] + memory["outputs"] - memory.get("alias", 0)
     out = {"chip": known.name if known else None, "hbm_bytes_per_chip": hbm}
+    out |= dict.fromkeys(("step_seconds", "tokens_per_sec", "mfu_ceiling", "run_hours"))
     if known is None:
         return out | {"fits": None, "step_seconds": None, "step_source": "unknown chip"}
     out["hbm_capacity_bytes"] = known.hbm_bytes
@@ -166,6 +218,7 @@ def compile_layouts(
                 row |= estimate(row)
             except Exception as e:  # noqa: BLE001 - a layout XLA refuses is a line, not a crash
                 row = {"mesh": mesh, "fits": False, "error": f"{type(e).__name__}: {str(e)[:300]}"}
+                row |= dict.fromkeys(("hbm_bytes_per_chip", "step_seconds", "mfu_ceiling"))
             row["micro_batches"] = micro
             results.append(row)
             if progress:
@@ -178,7 +231,7 @@ def compile_layouts(
 def _rank(row: dict):
     if row.get("fits"):
         return (0, row.get("step_seconds") or math.inf)
-    return (1, row.get("hbm_bytes_per_chip", math.inf))
+    return (1, row.get("hbm_bytes_per_chip") or math.inf)
 
 
 def describe(row: dict) -> str:
