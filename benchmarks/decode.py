@@ -24,10 +24,10 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from common import save  # noqa: E402
 
-from tx.infer import ct2  # noqa: E402
 from tx.config import load_config  # noqa: E402
 from tx.data.dataset import split_text  # noqa: E402
 from tx.eval.metrics import sacrebleu_scores  # noqa: E402
+from tx.infer import ct2  # noqa: E402
 from tx.infer.decoders import decoder as tx_decoder  # noqa: E402
 from tx.infer.export import export  # noqa: E402
 from tx.infer.search import Decoder, beam_search  # noqa: E402

@@ -22,9 +22,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from common import save  # noqa: E402
 
-from tx.infer import ct2  # noqa: E402
 from tx.config import load_config  # noqa: E402
 from tx.data.dataset import split_text  # noqa: E402
+from tx.infer import ct2  # noqa: E402
 from tx.infer.export import export  # noqa: E402
 from tx.infer.server import engine_app, running  # noqa: E402
 from tx.infer.translate import load_model  # noqa: E402
