@@ -217,7 +217,7 @@ def test_workdir_refuses_another_vocabulary(vocab, tmp_path, tiny):
 
     dataset.vocabulary(other.data, str(tmp_path / "other"))
     shutil.copy(tmp_path / "other" / "spm.model", tmp_path / "run" / "spm.model")
-    with pytest.raises(VocabularyError, match="not the vocabulary"):
+    with pytest.raises(VocabularyError, match="spm.model is damaged or replaced"):
         train(tiny("train.num_steps=4"), str(tmp_path / "run"))
 
 
