@@ -69,5 +69,12 @@ def get_config(row="A1"):
         section[key] = value
     cfg.decode.average_last = 1  # Table 3 reports single checkpoints
     params_m, ppl, bleu = PAPER[row]
-    cfg.reference = dict(params_m=float(params_m or 65), dev_ppl=ppl, dev_bleu=bleu, test_bleu=None)
+    # The paper leaves params blank where a row keeps the base's size: 65, inferred.
+    cfg.reference = dict(
+        params_m=float(params_m or 65),
+        params_m_inferred=params_m is None,
+        dev_ppl=ppl,
+        dev_bleu=bleu,
+        test_bleu=None,
+    )
     return cfg

@@ -1,6 +1,7 @@
 """tx reproduce: the tables' rows, plans (params, FLOPs, time), mini scale, run and report."""
 
 import json
+import shutil
 
 import pytest
 import treebank
@@ -37,7 +38,8 @@ def test_plans_list_every_row_of_each_table(capsys):
             f"python -m tx train --config configs/table3.py:{r['row']}"
         )
         assert r["commands"][-1].endswith("--split dev --json")
-        assert r["params"] > 0 and r["model_flops"] > 0 and r["expected_hours"] > 0
+        assert r["params"] > 0 and r["model_flops"] > 0 and r["estimate_source"]
+        assert r["expected_hours"] is None or r["expected_hours"] > 0
         assert r["paper"]["params_m"] and r["paper"]["dev_ppl"] and r["paper"]["dev_bleu"]
     rows = {r["row"]: r for r in t3["rows"]}
     # PAPER.md's worked counts (V = 37,000): C4 26.82M, C5 163.82M, big 214.17M.
@@ -69,7 +71,7 @@ def test_the_papers_machine_gives_the_papers_time(capsys):
     (row,) = p["rows"]
     assert row["model_flops"] == pytest.approx(9.5e17, rel=0.02)
     assert row["expected_hours"] == pytest.approx(12.0, rel=0.05)
-    assert p["mfu_source"] == "--mfu"
+    assert row["estimate_source"] == "--mfu 0.29"
 
 
 @pytest.mark.parametrize(
@@ -157,6 +159,15 @@ def test_plan_run_report_on_two_mini_rows(capsys, tmp_path):
     assert d1["direction"] == {"ppl": None, "bleu": None}  # base not measured: no direction
     md = (tmp_path / "results" / "table3-mini.md").read_text()
     assert "| base |" in md and "| D1 |" in md and "5.77" in md
+    assert f"Trained at commit {card['segments'][0]['commit'][:10]}" in md
+    assert m["code"]["commits"] == [card["segments"][0]["commit"]]
+    # The card is kept beside the table: without the workdir the report is the same, byte
+    # for byte.
+    assert json.loads((tmp_path / "results" / "cards" / "table3-mini" / "D1.json").read_text())
+    shutil.move(runs, str(tmp_path / "runs-moved"))
+    assert main(["reproduce", *common, "--report"]) == 0
+    assert (tmp_path / "results" / "table3-mini.md").read_text() == md
+    shutil.move(str(tmp_path / "runs-moved"), runs)
 
     segments = card["segments"]
     assert main(["reproduce", *only_d1, "--run"]) == 0

@@ -2,8 +2,10 @@
 
 import hashlib
 import importlib.metadata
+import json
 import os
 import subprocess
+import sys
 
 from tx.data import sources
 from tx.train import runcard
@@ -54,3 +56,18 @@ def test_an_untracked_file_makes_the_tree_dirty(tmp_path):
     assert len(clean["commit"]) == 40 and clean["dirty"] is False
     (tmp_path / "new_module.py").write_text("y = 2\n")
     assert runcard.git_state(str(tmp_path))["dirty"] is True
+
+
+def test_card_prints_the_card_for_a_person(trained, tmp_path):
+    def card(*args):
+        return subprocess.run(
+            [sys.executable, "-m", "tx", "card", *args], capture_output=True, text=True, timeout=120
+        )
+
+    res = card("--workdir", trained)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.startswith("# Run card") and "preparing data" in res.stdout
+    as_json = json.loads(card("--workdir", trained, "--json").stdout)
+    assert as_json["data"]["source"] == "demo" and as_json["totals"]["steps"] == 20
+    missing = card("--workdir", str(tmp_path))
+    assert missing.returncode == 2 and "not a tx run" in missing.stderr

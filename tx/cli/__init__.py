@@ -13,9 +13,10 @@ Commands:
   attention  one sentence's attention maps (encoder, decoder, encoder-decoder) as PNGs
   plot       learning curves of runs (--workdir W [W2 ...]), or --positional encodings
   demo       the offline demo end to end: train, average, translate, score
-  compile    lower and compile the train step ahead of time: memory and FLOPs
+  compile    the train step compiled for a TPU slice or GPU node, deviceless: memory, step time
   reproduce  the paper's Tables 2, 3, 4: --plan (default), --run, --report (tx/paper/reproduce.py)
   road       the road to the Transformer: road digits | gradients | table1 | length (tx/paper/road/)
+  card       a run's card for a person: code, packages, hardware, data, time, scores
 
 Each command is a module of this package (tx/cli/<command>.py): its options (`python -m tx
 COMMAND --help` lists them), how it finds its config (CONFIG), and `run(args, cfg)`, which turns
@@ -41,6 +42,7 @@ from tx import workdir
 from tx.cli import (
     attention,
     average,
+    card,
     compile,
     demo,
     evaluate,
@@ -62,7 +64,7 @@ from tx.train.distributed import LaunchError, ProcessLost, exit_now, initialize,
 COMMANDS = {
     m.__name__.rsplit(".", 1)[1]: m
     for m in (info, train, translate, average, evaluate, export, serve)
-    + (attention, plot, demo, compile, reproduce, road)
+    + (attention, plot, demo, compile, reproduce, road, card)
 }
 GLOBAL = "global_"  # the dest prefix of options given before the command
 PROCESS_OPTIONS = ("coordinator_address", "num_processes", "process_id")

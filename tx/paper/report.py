@@ -1,20 +1,74 @@
 """The paper's tables from run cards: results/table<N>.md and .json, the paper's value beside
 ours in every column, rows not yet run marked so (`python -m tx reproduce --report`).
+
+Each row's card is read from its workdir and kept beside the table, in
+results/cards/table<N>[-scale]/<row>.json; where the workdir is gone (a fresh clone), the kept
+card is read. So the committed tables are re-derived byte for byte from the committed cards,
+and every row names the commit, packages and hardware it was trained with. The report says
+when rows come from several commits, and when the code that decides a row's numbers
+(CODE_PATHS) changed after the commit that trained it.
 """
 
 from __future__ import annotations
 
-import datetime
 import json
 import os
+import subprocess
 
 import ml_collections
 
 from tx import workdir as wd
 from tx.config import model_config
 from tx.model.counting import param_counts
-from tx.paper.tables import Row, load_row, row_workdir, spec
+from tx.paper.tables import ROOT, Row, load_row, row_workdir, spec
 from tx.train import runcard
+
+# What decides a row's numbers: a change here after a row's commit makes the row stale.
+CODE_PATHS = ("tx/model", "tx/data", "tx/train", "tx/infer", "tx/eval", "configs")
+
+
+def stem(table: int, scale) -> str:
+    return f"table{table}" + ("" if scale.name == "full" else f"-{scale.name}")
+
+
+def card_copy(table: int, row: Row, scale, results_dir: str) -> str:
+    return os.path.join(results_dir, "cards", stem(table, scale), f"{row.name}.json")
+
+
+def committed_card(table: int, row: Row, scale, results_dir: str | None = None) -> dict | None:
+    """The copy of the row's card kept under results/ (None if there is none)."""
+    path = card_copy(table, row, scale, results_dir or os.path.join(ROOT, "results"))
+    if not os.path.exists(path):
+        return None
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def code(card: dict) -> dict:
+    """The commits a row was trained with, whether any tree was dirty, and whether the code
+    that decides its numbers has changed since (None: unknown, e.g. no git)."""
+    segs = card.get("segments", [])
+    commits = sorted({s.get("commit") for s in segs if s.get("commit")})
+    changed = [c for c in commits if _changed_since(c)]
+    return {
+        "commits": commits,
+        "dirty": any(s.get("dirty") for s in segs),
+        "changed_since": changed if all(_changed_since(c) is not None for c in commits) else None,
+        "packages": segs[-1].get("packages") if segs else None,
+    }
+
+
+def _changed_since(commit: str) -> bool | None:
+    try:
+        out = subprocess.run(
+            ["git", "-C", ROOT, "diff", "--quiet", commit, "HEAD", "--", *CODE_PATHS],
+            capture_output=True,
+            timeout=60,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return {0: False, 1: True}.get(out.returncode)  # else: not a checkout, unknown commit
 
 
 def measured(table: int, row: Row, card: dict | None) -> dict:
@@ -32,6 +86,12 @@ def measured(table: int, row: Row, card: dict | None) -> dict:
     else:
         status = "done"
     out = {"status": status, "steps": steps, "scale": card.get("reproduce", {}).get("scale")}
+    out["code"] = code(card)
+    pairs = card.get("data", {}).get("splits", {}).get("train", {}).get("pairs_read")
+    out["train_pairs"] = pairs
+    if row.min_train_pairs and (pairs is None or pairs < row.min_train_pairs):
+        # Not the paper's experiment (or not known to be): never beside its figure.
+        out["comparable"] = False
     out["params"] = param_counts(model_config(ml_collections.ConfigDict(cfg)))["params"]
     dev = card.get("dev", {})
     if dev.get("step") == steps:
@@ -58,10 +118,17 @@ def _hw(h: dict) -> str:
 
 def report(table, rows, scale, root, results_dir="results") -> tuple[str, str]:
     """Writes results/table<N>.md and .json from the run cards; returns their paths."""
-    entries = []
+    entries, cards = [], []
     for row in rows:
         workdir = row_workdir(root, table, row, scale)
         card = runcard.load(workdir)
+        if card is not None:  # kept beside the table: what a fresh clone reports from
+            path = card_copy(table, row, scale, results_dir)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            wd.write_atomic(path, json.dumps(card, indent=2, sort_keys=True) + "\n")
+        else:
+            card = committed_card(table, row, scale, results_dir)
+        cards += [card] if card else []
         cfg = card["config"] if card else runcard.resolved(load_row(row, scale))
         paper = {k: v for k, v in (cfg.get("reference") or {}).items() if v is not None}
         entries.append(
@@ -75,11 +142,14 @@ def report(table, rows, scale, root, results_dir="results") -> tuple[str, str]:
         )
     if table == 3:
         _directions(entries)
-    stem = f"table{table}" + ("" if scale.name == "full" else f"-{scale.name}")
+    name = stem(table, scale)
     os.makedirs(results_dir, exist_ok=True)
-    md, js = os.path.join(results_dir, stem + ".md"), os.path.join(results_dir, stem + ".json")
-    now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-    data = {"table": table, "scale": scale.name, "generated": now, "rows": entries}
+    md, js = os.path.join(results_dir, name + ".md"), os.path.join(results_dir, name + ".json")
+    # Dated by the cards (the last score written), not by the clock: the same cards give the
+    # same bytes.
+    times = [s.get("time", "") for c in cards for s in c.get("scores", {}).values()]
+    data = {"table": table, "scale": scale.name, "cards_up_to": max(times, default=None)}
+    data["rows"] = entries
     wd.write_atomic(js, json.dumps(data, indent=2) + "\n")
     wd.write_atomic(md, MARKDOWN[table](data))
     return md, js
@@ -136,10 +206,34 @@ def _title(data: dict, what: str) -> list[str]:
     return [
         f"# Table {data['table']}: {what}",
         "",
-        f"Measured (ours) beside the paper's figure; built from run cards on {data['generated']}."
-        + note,
+        "Measured (ours) beside the paper's figure, built from the rows' run cards (kept in "
+        f"results/cards/; the last score written {data['cards_up_to'] or '-'})." + note,
         "",
     ]
+
+
+def _code_lines(data: dict) -> list[str]:
+    """Which commits trained the rows, and whether that code still decides their numbers."""
+    codes = [(e["row"], e["measured"]["code"]) for e in data["rows"] if "code" in e["measured"]]
+    if not codes:
+        return []
+    commits = sorted({x for _, c in codes for x in c["commits"]})
+    short = ", ".join(x[:10] for x in commits) or "unknown"
+    text = (
+        f"Trained at commit {short}"
+        if len(commits) == 1
+        else f"Rows come from {len(commits)} commits ({short}); each row's is in the JSON"
+    )
+    dirty = [r for r, c in codes if c["dirty"]]
+    if dirty:
+        text += f"; with uncommitted changes: {', '.join(dirty)}"
+    stale = sorted({x[:10] for _, c in codes for x in (c["changed_since"] or [])})
+    if stale:
+        text += (
+            f". The code that decides these numbers ({', '.join(CODE_PATHS)}) has changed "
+            f"since {', '.join(stale)}: rerun the rows to refresh them"
+        )
+    return ["", text + "."]
 
 
 def _table3_md(data: dict) -> str:
@@ -151,8 +245,9 @@ def _table3_md(data: dict) -> str:
     for e in data["rows"]:
         m, p, d = e["measured"], e["paper"], e.get("direction", {})
         params = m.get("params")
+        inferred = "†" if p.get("params_m_inferred") else ""
         lines.append(
-            f"| {e['row']} | {_pair(params and params / 1e6, p.get('params_m'), '.1f')} "
+            f"| {e['row']} | {_pair(params and params / 1e6, p.get('params_m'), '.1f')}{inferred} "
             f"| {_pair(m.get('dev_ppl'), p.get('dev_ppl'), '.2f')} "
             f"| {_pair(m.get('tok_bleu'), p.get('dev_bleu'), '.1f')} "
             f"| {_num(m.get('bleu'), '.1f')} "
@@ -163,7 +258,14 @@ def _table3_md(data: dict) -> str:
         "",
         "Dev BLEU is tokenized (the paper's way); the recipe and sacreBLEU signature "
         "are in the JSON beside every score.",
+        "",
+        "† The paper leaves this row's params blank (the base model's size): 65 is inferred.",
+        "",
+        "Dev PPL is per SentencePiece piece of each run's own vocabulary; the paper's is per "
+        "word piece of its 37k-piece vocabulary. Compare each column's direction against the "
+        "base row, not the values.",
     ]
+    lines += _code_lines(data)
     return "\n".join(lines) + "\n"
 
 
@@ -193,6 +295,7 @@ def _table2_md(data: dict) -> str:
         "BLEU is tokenized and compound-split as the paper's (recipe in the JSON); cost the "
         "paper's way = wall time x devices x each device's peak FLOP/s (tx.train.runcard.totals).",
     ]
+    lines += _code_lines(data)
     return "\n".join(lines) + "\n"
 
 
@@ -203,10 +306,12 @@ def _table4_md(data: dict) -> str:
     ]
     for e in data["rows"]:
         m, p = e["measured"], e["paper"]
-        lines.append(
-            f"| {e['row']} | {_pair(m.get('f1'), p.get('test_f1'), '.1f')} "
-            f"| {m.get('steps', '-')} | {m['status']} |"
-        )
+        f1 = _pair(m.get("f1"), p.get("test_f1"), ".1f")
+        if m.get("comparable") is False:  # another experiment: not beside the paper's figure
+            pairs = m.get("train_pairs")
+            f1 = f"{_num(m.get('f1'), '.1f')} (another experiment: {pairs or '?'} training trees)"
+        lines.append(f"| {e['row']} | {f1} | {m.get('steps', '-')} | {m['status']} |")
+    lines += _code_lines(data)
     return "\n".join(lines) + "\n"
 
 

@@ -15,17 +15,17 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import glob
 import json
 import os
 import re
+import shlex
 
 import jax
 import ml_collections
 
 from tx.config import ConfigError, model_config
 from tx.model.counting import param_counts, train_flops_per_step
-from tx.paper.report import report
+from tx.paper.report import committed_card, report
 from tx.paper.tables import (
     BASE_ROW,
     CONFIGS,
@@ -45,9 +45,11 @@ BENCHMARK_RESULTS = os.path.join(os.path.dirname(CONFIGS), "benchmarks", "result
 # Padded tokens per sentence assumed for the attention-score FLOPs of a plan (WMT'14 EN-DE
 # sentences average about 27-30 word pieces); those terms are under 2% of the total.
 PLAN_LENGTH = 32
-# MFU assumed when neither --mfu nor a benchmarks/results figure for the hardware exists:
-# the paper's base ran at about 29% of its GPUs' assumed peak and big at about 42%.
-DEFAULT_MFU = 0.35
+# Compiled step times per (config, slice): benchmarks/compiled_table.py writes them.
+COMPILED = os.path.join(BENCHMARK_RESULTS, "compiled.json")
+# Rows whose config the compiled table covers (the paper's own configs, full scale).
+COMPILED_CONFIGS = {"base_ende": "base", "big_ende": "big", "base": "base", "big": "big"}
+COMPILED_CONFIGS |= {"C5": "C5"}
 
 
 # ---------------------------------------------------------------------------------------
@@ -91,17 +93,62 @@ def hardware(name: str | None) -> Hardware:
     )
 
 
-def expected_mfu(hw: Hardware, given: float | None) -> tuple[float, str]:
-    """The MFU to plan with and where it comes from."""
-    if given:
-        return given, "--mfu"
-    for path in sorted(glob.glob(os.path.join(BENCHMARK_RESULTS, "train_throughput_*.json"))):
-        with open(path) as f:
-            result = json.load(f)
-        kind = result.get("environment", {}).get("device_kind", "")
-        if result.get("mfu") and hw.kind.lower() in kind.lower():
-            return float(result["mfu"]), os.path.relpath(path, os.path.dirname(CONFIGS))
-    return DEFAULT_MFU, f"assumed (no benchmark result for {hw.kind}; pass --mfu)"
+def expected_hours(
+    table: int, row: Row, scale: Scale, hw: Hardware, steps: int, flops: float, mfu, root: str
+):
+    """(hours, where the figure comes from) for a row on `hw`: a given --mfu; else the step
+    time the TPU compiler estimated for this config on this slice; else the step time a run
+    of this row at this scale measured on this platform; else (None, why there is none).
+    Nothing is assumed: a plan without a figure says what would give one."""
+    if mfu:
+        return flops / (hw.devices * hw.peak_tflops * 1e12 * mfu) / 3600, f"--mfu {mfu}"
+    compiled = _compiled_step(row, scale, hw)
+    if compiled:
+        seconds, where = compiled
+        return steps * seconds / 3600, where
+    measured = _measured_step(table, row, scale, hw, root)
+    if measured:
+        seconds, where = measured
+        return steps * seconds / 3600, where
+    return None, (
+        f"no estimate for {hw.name}: compile it (python benchmarks/compiled_table.py, or "
+        "python -m tx compile --topology ...), run the row here once, or pass --mfu"
+    )
+
+
+def _compiled_step(row: Row, scale: Scale, hw: Hardware):
+    key = f"{COMPILED_CONFIGS.get(row.name)}@{hw.name}"
+    if scale.name != "full" or not os.path.exists(COMPILED):
+        return None
+    with open(COMPILED) as f:
+        entry = json.load(f)["entries"].get(key)
+    best = (entry or {}).get("best", {})
+    if not best.get("fits") or not best.get("step_seconds"):
+        return None
+    mesh = "x".join(f"{k}{v}" for k, v in best["mesh"].items() if v > 1)
+    return best["step_seconds"], (
+        f"compiled for {entry['topology']} ({mesh}, {best['micro_batches']} micro-batch(es)): "
+        f"XLA's cost model, benchmarks/results/compiled.json of {entry['date']}"
+    )
+
+
+def _measured_step(table: int, row: Row, scale: Scale, hw: Hardware, root: str):
+    """Seconds per step from this row's own run card (its workdir under `root`, or the copy
+    results/ keeps) when it ran on the same kind and number of devices."""
+    own = runcard.load(row_workdir(root, table, row, scale))
+    for card in (own, committed_card(table, row, scale)):
+        segs = [s for s in (card or {}).get("segments", []) if s["end_step"] > s["start_step"]]
+        same = [s for s in segs if _same_platform(s["hardware"], hw)]
+        if same:
+            secs = sum(s["wall_secs"] for s in same)
+            steps = sum(s["end_step"] - s["start_step"] for s in same)
+            where = same[-1]["hardware"].get("cpu") or same[-1]["hardware"]["device_kind"]
+            return secs / steps, f"measured: this row's run card, {steps} steps on {where}"
+    return None
+
+
+def _same_platform(h: dict, hw: Hardware) -> bool:
+    return h["devices"] == hw.devices and hw.kind.lower() in h["device_kind"].lower()
 
 
 # ---------------------------------------------------------------------------------------
@@ -129,17 +176,20 @@ def changes(cfg: ml_collections.ConfigDict, base: ml_collections.ConfigDict) -> 
 
 
 def commands(cfg, row: Row, scale: Scale, workdir: str, overrides=()) -> list[str]:
-    """The commands a user would type for this row, in order."""
-    extra = "".join(f" --config.{o}" for o in overrides)
-    out = [f"python -m tx train --config {spec(row, scale)} --workdir {workdir}{extra}"]
+    """The commands a user would type for this row, in order, quoted for a POSIX shell (an
+    override such as data.train_prefix=ptb/wsj/0[2-9]/*.mrg must reach tx unexpanded)."""
+    q = shlex.quote
+    extra = "".join(" " + q(f"--config.{o}") for o in overrides)
+    run = f"--workdir {q(workdir)}"
+    out = [f"python -m tx train --config {q(spec(row, scale))} {run}{extra}"]
     if cfg.decode.average_last > 1:
-        out.append(f"python -m tx average --workdir {workdir} --last {cfg.decode.average_last}")
-    out.append(f"python -m tx evaluate --workdir {workdir} --split {row.split} --json")
+        out.append(f"python -m tx average {run} --last {cfg.decode.average_last}")
+    out.append(f"python -m tx evaluate {run} --split {row.split} --json")
     return out
 
 
 def plan_row(
-    table: int, row: Row, scale: Scale, root: str, hw: Hardware, mfu: float, overrides=()
+    table: int, row: Row, scale: Scale, root: str, hw: Hardware, mfu=None, overrides=()
 ) -> dict:
     cfg = load_row(row, scale, overrides)
     base = load_row(next(r for r in TABLES[table] if r.name == BASE_ROW[table]), scale, overrides)
@@ -148,6 +198,7 @@ def plan_row(
     steps, tokens = cfg.train.num_steps, cfg.data.tokens_per_step
     flops = steps * train_flops_per_step(mc, tokens, tokens, PLAN_LENGTH, PLAN_LENGTH)
     ref = cfg.get("reference") or {}
+    hours, source = expected_hours(table, row, scale, hw, steps, flops, mfu, root)
     return {
         "table": table,
         "row": row.name,
@@ -161,20 +212,16 @@ def plan_row(
         "params": param_counts(mc)["params"],
         "paper": {k: v for k, v in ref.items() if v is not None},
         "model_flops": flops,
-        "expected_hours": flops / (hw.devices * hw.peak_tflops * 1e12 * mfu) / 3600
-        if hw.peak_tflops > 0
-        else None,
+        "expected_hours": hours,
+        "estimate_source": source,
     }
 
 
 def plan(table, rows, scale, root, hw: Hardware, mfu=None, overrides=()) -> dict:
-    mfu, mfu_source = expected_mfu(hw, mfu)
     return {
         "table": table,
         "scale": scale.name,
         "hardware": dataclasses.asdict(hw),
-        "mfu": mfu,
-        "mfu_source": mfu_source,
         "plan_length": PLAN_LENGTH,
         "rows": [plan_row(table, r, scale, root, hw, mfu, overrides) for r in rows],
     }
@@ -184,7 +231,7 @@ def format_plan(p: dict) -> str:
     hw = p["hardware"]
     lines = [
         f"Table {p['table']} ({p['scale']} scale) on {hw['devices']} x {hw['kind']} "
-        f"({hw['peak_tflops']:g} TFLOP/s peak each) at MFU {p['mfu']:.2f} ({p['mfu_source']})",
+        f"({hw['peak_tflops']:g} TFLOP/s peak each); each row's time says where it comes from",
         "",
     ]
     for r in p["rows"]:
@@ -197,7 +244,7 @@ def format_plan(p: dict) -> str:
             f"[{r['row']}] {r['config']}: {change}",
             f"    params {r['params'] / 1e6:.2f}M (paper {paper or '-'}M); {r['steps']} steps x "
             f"{r['tokens_per_step']} tokens per side; model FLOPs {r['model_flops']:.3g}; "
-            f"expected {hours}",
+            f"expected {hours} ({r['estimate_source']})",
             *(f"    $ {c}" for c in r["commands"]),
         ]
     return "\n".join(lines)
@@ -226,6 +273,7 @@ def run(table, rows, scale, root, overrides=(), say=print) -> list[str]:
             say(f"[{row.name}] finished before: skipped ({workdir})")
             done.append(workdir)
             continue
+        check_data(row, cfg)
         say(f"[{row.name}] {spec(row, scale)} -> {workdir}")
         entry = {"table": table, "row": row.name, "scale": scale.name}
         result = train_average_evaluate(
@@ -238,6 +286,23 @@ def run(table, rows, scale, root, overrides=(), say=print) -> list[str]:
         say(f"[{row.name}] {row.split}: " + _scores_line(result))
         done.append(workdir)
     return done
+
+
+def check_data(row: Row, cfg: ml_collections.ConfigDict) -> None:
+    """Refuses a row whose training data cannot give the paper's setting (Table 4's semi row
+    on WSJ alone): its result would be another experiment beside the paper's figure."""
+    if not row.min_train_pairs:
+        return
+    from tx.data import sources  # reading the data: downstream of planning
+
+    pairs = sum(1 for _ in sources.load_split(cfg.data, "train"))
+    if pairs < row.min_train_pairs:
+        raise ConfigError(
+            f"row {row.name} needs {row.data_needed} (at least {row.min_train_pairs:,} "
+            f"training pairs); data.train_prefix gives {pairs:,}: that is another experiment, "
+            f"not the paper's. Point data.train_prefix at that corpus too (comma-separated "
+            f"globs), or run the other rows (--rows)"
+        )
 
 
 def _agreed(flag: bool) -> bool:

@@ -25,6 +25,10 @@ class Row:
     name: str  # the row's name in the paper's table: "A1", "base_ende", "wsj"
     config: str  # a config of configs/, with its argument: "table3.py:A1"
     split: str  # the split the table reports: "dev" (Table 3) or "test"
+    # The training data the paper's figure needs: a run on fewer pairs is another experiment,
+    # refused by `reproduce --run` and never reported beside the paper's figure.
+    min_train_pairs: int = 0
+    data_needed: str = ""
 
 
 TABLES = {
@@ -40,7 +44,19 @@ TABLES = {
         + tuple(f"C{i}" for i in range(1, 8))
         + ("D1", "D2", "D3", "D4", "E", "big")
     ),
-    4: (Row("wsj", "table4.py:wsj", "test"), Row("semi", "table4.py:semi", "test")),
+    4: (
+        Row("wsj", "table4.py:wsj", "test"),
+        # The paper's semi-supervised setting: WSJ plus the ~17M-sentence high-confidence and
+        # BerkeleyParser corpora. A million trees is far above WSJ's 40k and far below 17M:
+        # enough to tell the two settings apart, not a claim that 1M reproduces 92.7.
+        Row(
+            "semi",
+            "table4.py:semi",
+            "test",
+            min_train_pairs=1_000_000,
+            data_needed="WSJ plus the ~17M-sentence semi-supervised corpus",
+        ),
+    ),
 }
 BASE_ROW = {2: "base_ende", 3: "base", 4: "wsj"}  # what a row's changes are listed against
 
