@@ -163,12 +163,15 @@ def test_translate_cli_takes_another_search_strategy(root, workdir):
 # Each command's own options (README's flags among them): `COMMAND --help` lists them all.
 OWN_OPTIONS = {
     "info": ("--config", "--devices", "--workdir"),
-    "train": ("--config", "--workdir", "--coordinator_address", "--num_processes", "--process_id"),
+    "train": (
+        *("--config", "--workdir", "--take-over-lock"),
+        *("--coordinator_address", "--num_processes", "--process_id"),
+    ),
     "translate": (
         *("--workdir", "--checkpoint", "--input", "--output", "--nbest", "--alignments"),
         *("--align_layer", "--engine", "--model", "--device", "--compute_type", "--threads"),
     ),
-    "average": ("--workdir", "--last"),
+    "average": ("--workdir", "--last", "--take-over-lock"),
     "evaluate": (
         *("--workdir", "--checkpoint", "--split", "--json", "--bootstrap", "--output"),
         *("--by-length", "--bucket_width", "--out", "--engine", "--model"),
@@ -178,16 +181,18 @@ OWN_OPTIONS = {
     "attention": ("--workdir", "--checkpoint", "--text", "--out"),
     "plot": ("--workdir", "--out", "--positional", "--d_model"),
     "demo": ("--config", "--workdir"),
-    "compile": ("--config", "--topology"),
+    "compile": ("--config", "--topology", "--layouts", "--json"),
     "reproduce": (
         *("--table", "--rows", "--root", "--plan", "--run", "--report", "--json"),
         *("--scale", "--steps", "--hardware", "--mfu", "--results"),
     ),
     "road": ("--results", "--root"),
+    "card": ("--workdir", "--json"),
 }
 # Options that belong to one command or a few: no other command's --help shows them.
 DISTINCT = {"--devices", "--nbest", "--last", "--bootstrap", "--quantization", "--port"}
 DISTINCT |= {"--text", "--positional", "--topology", "--table", "--alignments", "--engine"}
+DISTINCT |= {"--take-over-lock", "--layouts"}
 
 
 @pytest.mark.parametrize("command", sorted(OWN_OPTIONS))
