@@ -1,8 +1,9 @@
 """Transformer base, WMT 2014 English->German (Table 2: 27.3 BLEU; Table 3 base row).
 
 Command:   python train.py --config configs/base.py --workdir runs/base_ende
-Hardware:  the paper used 8 P100 GPUs: 0.4 s/step, 100k steps, 12 hours. On 8 A100/H100 or a
-           TPU v4-8 in bf16 expect roughly 2-3 hours.
+Hardware:  the paper used 8 P100 GPUs: 0.4 s/step, 100k steps, 12 hours. On TPU slices: the
+           compiler's estimates in docs/accelerators.md (python benchmarks/compiled_table.py);
+           `python -m tx reproduce --plan --hardware v5p-8` reads them.
 Expected:  newstest2013 per-token perplexity about 4.9 (Table 3), newstest2014 BLEU 27.3
            (tokenized, compound-split, last 5 checkpoints averaged); sacreBLEU about 0.7 lower.
 """

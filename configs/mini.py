@@ -2,7 +2,8 @@
 
 Command:   python -m tx train --config configs/mini.py:table3.py:A1 --workdir runs/mini/A1
            (python -m tx reproduce --table 3 --scale mini writes these commands for every row)
-Hardware:  2 CPU cores: about a minute per row at the default 400 steps.
+Hardware:  2 CPU cores; each row's measured time is in its run card (results/cards/table3-mini/,
+           `python -m tx reproduce --table 3 --scale mini` plans with it).
 Expected:  not the paper's numbers: the row's change applied to a small model on the offline
            demo corpus. Whether each change moves dev perplexity and BLEU in the paper's
            direction is what a mini table shows (README, "Reproducing the tables").
