@@ -2,6 +2,11 @@
 with its tx side written for tx's current names, and the matmul rate of this machine beside it.
 
     python benchmarks/side_by_side.py [../shared/bench/flax_wmt] [--what train,decode] [--rounds 3]
+    python benchmarks/side_by_side.py ../shared/bench/flax_wmt --topology v5p:2x2x1
+
+With --topology, nothing is timed: both train steps are compiled for that TPU slice on this
+CPU (libtpu) and compared on the TPU compiler's own cost model (benchmarks/tpu_compiled.py);
+the SUMMARY line carries tpu_optimal_seconds_tx_over_flax and tpu_mfu_ceiling_tx.
 
 The shared script (read-only for the project) imports tx names from an earlier layout
 (tx.train.make_trainer, tx.decode, tx.model.beam_decoder, ...). This copy takes everything else
@@ -105,8 +110,11 @@ def main():
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--vocab", type=int, default=32000)
     p.add_argument("--tx-override", action="append", default=[], help="config key=value")
+    p.add_argument("--topology", help="compare compiled steps for this TPU slice instead")
     a = p.parse_args()
     bench = shared_script()
+    if a.topology:
+        return compiled_side_by_side(bench, a)
     sides = {}
     t = time.perf_counter()
     sides["flax"] = bench.flax_side(os.path.abspath(a.flaxsrc), a.vocab)
@@ -161,6 +169,16 @@ def main():
         "SUMMARY "
         + json.dumps({w: r["tx_over_flax"] for w, r in res.items() if "tx_over_flax" in r})
     )
+
+
+def compiled_side_by_side(bench, a) -> None:
+    from tpu_compiled import side_by_side
+
+    res = side_by_side(bench, os.path.abspath(a.flaxsrc), a.topology, a.vocab, a.tx_override)
+    print(json.dumps(res), flush=True)
+    save("side_by_side_tpu", res)
+    keys = ("tpu_optimal_seconds_tx_over_flax", "tpu_mfu_ceiling_tx", "tpu_mfu_ceiling_flax")
+    print("SUMMARY " + json.dumps({k: round(res[k], 3) for k in keys}))
 
 
 if __name__ == "__main__":
