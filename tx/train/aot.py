@@ -141,7 +141,9 @@ def compile_report(cfg: ml_collections.ConfigDict, devices=None) -> dict:
         },
         "xla_flops_per_device": float(cost.get("flops", -1.0)) if cost else None,
         "xla_bytes_accessed_per_device": float(cost.get("bytes accessed", -1.0)) if cost else None,
-        "optimal_seconds": float(cost["optimal_seconds"]) if "optimal_seconds" in cost else None,
+        "optimal_seconds": float(cost["optimal_seconds"])
+        if cost and "optimal_seconds" in cost
+        else None,
         "analytic_model_flops": train_flops_per_step(mc, tokens, tokens, length, length),
         "tokens_per_step": 2 * cfg.data.tokens_per_step,  # source + target, as configured
         "num_steps": cfg.train.num_steps,
