@@ -116,3 +116,17 @@ def test_tiny_compiles_for_a_tpu_slice_on_this_cpu(tiny):
     assert row["fits"] and "optimal_seconds" in row["step_source"] and row["step_seconds"] > 0
     assert 0 < row["mfu_ceiling"] < 1
     assert jax.devices()[0].platform == "cpu"  # the suite itself still runs on the CPU
+
+
+def test_a_core_of_a_two_core_chip_gets_half_of_it():
+    """Deviceless v4 slices list both TensorCores of a chip as devices; the cost model answers
+    -407.9 s there (libtpu 0.0.42): the estimate falls back to the roofline of half a chip."""
+    report = _fake_report(
+        device_kind="TPU v4", devices=8, devices_per_chip=2, optimal_seconds=-407.9
+    )
+    est = estimate(report)
+    assert est["hbm_capacity_bytes"] == by_name("v4").hbm_bytes // 2
+    assert "roofline" in est["step_source"]
+    # 55.3 GB at half of v4's 1.2 TB/s; 4.59 TFLOP at half of 275 TFLOP/s
+    assert est["step_seconds"] == pytest.approx(max(55.3e9 / 0.6e12, 4.59e12 / 137.5e12))
+    assert est["mfu_ceiling"] == pytest.approx(4 * 4.59e12 / (est["step_seconds"] * 4 * 275e12))

@@ -97,6 +97,12 @@ def topology_devices(topology: str):
         ) from e
 
 
+def _devices_per_chip(devices) -> int:
+    """Deviceless v4 slices list each TensorCore as a device (two per chip); later chips one."""
+    chips = {tuple(getattr(d, "coords", ()) or (d.id,)) for d in devices}
+    return max(len(devices) // max(len(chips), 1), 1)
+
+
 def _bytes_per_device(tree) -> int:
     """Bytes of one device's shards of a tree of ShapeDtypeStructs with shardings."""
     total = 0
@@ -130,6 +136,7 @@ def compile_report(cfg: ml_collections.ConfigDict, devices=None) -> dict:
         "mesh": dict(mesh.shape),
         "devices": mesh.size,
         "device_kind": getattr(mesh.devices.flat[0], "device_kind", "?"),
+        "devices_per_chip": _devices_per_chip(list(mesh.devices.flat)),
         "batch": {"rows": rows, "length": length, "micro_batches": cfg.train.micro_batches},
         "per_device_bytes": {
             "params": _bytes_per_device(state.params),
@@ -162,17 +169,18 @@ def estimate(report: dict) -> dict:
     out |= dict.fromkeys(("step_seconds", "tokens_per_sec", "mfu_ceiling", "run_hours"))
     if known is None:
         return out | {"fits": None, "step_seconds": None, "step_source": "unknown chip"}
-    out["hbm_capacity_bytes"] = known.hbm_bytes
-    out["fits"] = hbm <= known.hbm_bytes
+    per_chip = report.get("devices_per_chip", 1)  # a device is a chip, or a core of one
+    out["hbm_capacity_bytes"] = known.hbm_bytes // per_chip
+    out["fits"] = hbm <= out["hbm_capacity_bytes"]
     out["chip_source"] = known.source
     flops, moved = report["xla_flops_per_device"], report["xla_bytes_accessed_per_device"]
-    if report.get("optimal_seconds"):
+    # The cost model answers with a negative number where it has no model (v4 in libtpu
+    # 0.0.42): then the roofline.
+    if (report.get("optimal_seconds") or 0) > 0:
         seconds, source = report["optimal_seconds"], "XLA cost model (optimal_seconds)"
     elif flops and moved and flops > 0 and moved > 0:
-        compute, memory_time = (
-            flops / (known.bf16_tflops * 1e12),
-            moved / (known.hbm_tbytes_per_sec * 1e12),
-        )
+        compute = flops / (known.bf16_tflops * 1e12 / per_chip)  # a device's share of the chip
+        memory_time = moved / (known.hbm_tbytes_per_sec * 1e12 / per_chip)
         seconds = max(compute, memory_time)
         source = (
             "roofline of XLA's flops and bytes ("
@@ -181,7 +189,7 @@ def estimate(report: dict) -> dict:
         )
     else:
         return out | {"step_seconds": None, "step_source": "no cost figures from this backend"}
-    peak = report["devices"] * known.bf16_tflops * 1e12
+    peak = report["devices"] / per_chip * known.bf16_tflops * 1e12
     return out | {
         "step_seconds": seconds,
         "step_source": source,
