@@ -12,10 +12,20 @@ PY := $(VENV)/bin/python
 # 17.7-19.0k (docs/training.md, docs/performance.md). A GLIBC_TUNABLES of your own is kept.
 export GLIBC_TUNABLES ?= glibc.malloc.hugetlb=1
 
+# libtpu (XLA's TPU compiler, the version jax pins) goes to a directory of its own, not into
+# the environment: a test compiles the tiny config for a TPU slice with it on this CPU
+# (tests/test_aot.py puts it on that subprocess's path), while everything else, the demo
+# included, runs without a TPU plugin that would probe for chips at start-up. Linux x86-64 only.
+LIBTPU := $(VENV)/libtpu
+
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[test]'
+	if [ "$$(uname -s)-$$(uname -m)" = Linux-x86_64 ]; then \
+	  $(PY) -m pip install --quiet --no-deps --target $(LIBTPU) "$$($(PY) -c \
+	    'import importlib.metadata as m; print(next(r.split(";")[0] for r in m.requires("jax") if r.startswith("libtpu")))')"; \
+	fi
 	touch $@
 
 setup: $(VENV)/.installed
