@@ -103,9 +103,10 @@ def table(results: dict) -> str:
             )
             continue
         step = b.get("step_seconds")
+        per_chip = b.get("devices_per_chip", 1)  # v4: two TensorCores per chip
         lines.append(
-            f"| {e['config']} | {e['slice']} | {b['devices']} | {layout} | "
-            f"{b['hbm_bytes_per_chip'] / 1e9:.1f} | "
+            f"| {e['config']} | {e['slice']} | {b['devices'] // per_chip} | {layout} | "
+            f"{b['hbm_bytes_per_chip'] * per_chip / 1e9:.1f} | "
             f"{b['hbm_bytes_per_chip'] / b['hbm_capacity_bytes']:.0%} | "
             + (
                 f"{step * 1e3:.1f} | {b['mfu_ceiling']:.2f} | {b['run_hours']:.1f} |"

@@ -250,9 +250,10 @@ def describe(row: dict) -> str:
     head = f"{mesh} micro{row['micro_batches']}"
     if "error" in row:
         return f"{head}: does not compile ({row['error']})"
-    gb = row["hbm_bytes_per_chip"] / 1e9
+    per_chip = row.get("devices_per_chip", 1)  # v4: two TensorCores, each a device
+    gb = row["hbm_bytes_per_chip"] * per_chip / 1e9
     if row.get("fits") is False:
-        over = (row["hbm_bytes_per_chip"] - row["hbm_capacity_bytes"]) / 1e9
+        over = (row["hbm_bytes_per_chip"] - row["hbm_capacity_bytes"]) * per_chip / 1e9
         return f"{head}: does not fit: {gb:.1f} GB per chip, {over:.1f} GB over the chip's HBM"
     if row.get("step_seconds") is None:
         return f"{head}: {gb:.1f} GB per chip; no step time ({row.get('step_source')})"
