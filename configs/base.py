@@ -120,6 +120,8 @@ def get_config():
         beam_size=4,
         alpha=0.6,  # GNMT length penalty ((5 + len) / 6)^alpha
         max_extra_len=50,  # output length <= input length + this
+        max_length_ratio=0.0,  # > 0: also <= ceil(this * input length) + 10 (fairseq); 0 = off
+        no_repeat_ngram_size=0,  # > 0: no n-gram of this size twice in an output (fairseq); 0 = off
         batch_tokens=4096,  # source tokens per decoding batch (before the beam)
         average_last=5,  # checkpoints averaged for the final model (base: 5, big: 20)
         temperature=1.0,  # sample: softmax(logits / temperature)

@@ -35,12 +35,22 @@ def _with(cfg, *overrides):
 
 @pytest.mark.parametrize(
     "overrides",
-    [(), ("decode.alpha=0.0",), ("decode.strategy=greedy",), ("decode.max_extra_len=3",)],
+    [
+        (),
+        ("decode.alpha=0.0",),
+        ("decode.strategy=greedy",),
+        ("decode.max_extra_len=3",),
+        pytest.param(("decode.max_length_ratio=0.5",), id="ratio"),
+        pytest.param(("decode.strategy=greedy", "decode.no_repeat_ngram_size=2"), id="ngram"),
+    ],
 )
 def test_nbest_lists_equal_tx(engines, overrides):
     """Same hypotheses in the same order, same scores: 40 test sentences, beam 4 (alpha 0.6
-    re-ranked, alpha 0 CTranslate2's own stop rule), greedy, and a short maximum length where
-    hypotheses are cut and get tx's forced EOS."""
+    re-ranked, alpha 0 CTranslate2's own stop rule), greedy, a short maximum length where
+    hypotheses are cut and get tx's forced EOS (by max_extra_len, or by the length ratio), and
+    greedy decoding without repeated bigrams (scored again: see tx.infer.ct2). The tiny run
+    repeats itself up to its maximum length: the ratio and the bigram rule changed all 40
+    outputs (observed)."""
     cfg, loaded, engine, _ = engines
     cfg = _with(cfg, *overrides)
     sources = [s for s, _ in split_text(cfg.data, "test")][:40]

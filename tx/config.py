@@ -34,6 +34,8 @@ LATER_KEYS = {
     "data.on_bad_line": "error",
     "mesh.heartbeat_timeout_secs": 100,
     "train.loss_chunk_tokens": 8192,
+    "decode.no_repeat_ngram_size": 0,
+    "decode.max_length_ratio": 0.0,
 }
 
 
@@ -283,6 +285,12 @@ def _check_decode(cfg: ml_collections.ConfigDict) -> None:
         raise ConfigError(f"decode.temperature must be positive, got {decode.temperature}")
     if _number(cfg, "decode.top_k") < 0:
         raise ConfigError(f"decode.top_k must be >= 0, got {decode.top_k}")
+    ngram = _number(cfg, "decode.no_repeat_ngram_size")
+    if not isinstance(ngram, int) or ngram < 0:
+        raise ConfigError(f"decode.no_repeat_ngram_size must be an int >= 0 (0 = off), got {ngram}")
+    ratio = _number(cfg, "decode.max_length_ratio")
+    if not 0 <= ratio < float("inf"):  # nan and inf as well
+        raise ConfigError(f"decode.max_length_ratio must be finite and >= 0 (0 = off), got {ratio}")
 
 
 def _get(cfg, dotted: str):

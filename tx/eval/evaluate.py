@@ -82,10 +82,12 @@ def parse_scores(gold: list[parsing.Tree], hypotheses: list[str]) -> dict:
 
 
 def search_recipe(decode: ml_collections.ConfigDict) -> dict:
-    """The decoding settings a score depends on, recorded beside it."""
+    """The decoding settings a score depends on, recorded beside it. The safeguards (off by
+    default) only where set: the recipes of scores without them stay as they were."""
     keys = ("strategy", "beam_size", "alpha", "max_extra_len")
     if decode.strategy == "sample":
         keys += ("temperature", "top_k", "seed")
+    keys += tuple(k for k in ("no_repeat_ngram_size", "max_length_ratio") if decode.get(k, 0))
     return {k: decode[k] for k in keys}
 
 

@@ -4,8 +4,10 @@ tx.infer.translate.
     python -m tx translate --engine ctranslate2 --model DIR < in > out
 
 The search settings are the run's (DIR/tx_config.json `decode`): beam size, alpha, and the
-maximum output length, input sub-words + max_extra_len per sentence. CTranslate2 takes one
-maximum length per call, so sentences are decoded in groups of equal input length.
+maximum output length, input sub-words + max_extra_len per sentence (or less with
+decode.max_length_ratio: tx.infer.search.max_output_length). CTranslate2 takes one maximum
+length per call, so sentences are decoded in groups of equal input length: each group's
+limit is then every one of its sentences' own, ratio included.
 
 Length penalty. CTranslate2's `length_penalty` divides a finished hypothesis's log-probability
 by |Y|^alpha; tx's (tx.infer.search.length_penalty, the paper's GNMT form) by ((5 + |Y|)/6)^alpha.
@@ -19,6 +21,13 @@ CTranslate2 stops after beam_size * PATIENCE of them, tx when no live hypothesis
 k-th (demo test set: 500 of 500 sentences identical; PATIENCE 1 gave 496). With alpha = 0
 (or greedy) the search is CTranslate2's own early-stopping beam, which ranks as tx's does.
 A length penalty of 0 and min_decoding_length 0 let a hypothesis end at the first step, as in tx.
+
+decode.no_repeat_ngram_size is CTranslate2's own (the same rule as tx's and fairseq's), with one
+difference: CTranslate2 removes the banned tokens before its log-softmax (the others are
+renormalised), tx and fairseq set their log-probabilities to NEG or -inf after it. Every
+hypothesis is then scored again (one scoring pass) for tx's scores, the model's
+log-probabilities. Greedy outputs are tx's; a beam's choices between hypotheses can differ, as
+their scores during the search do.
 """
 
 from __future__ import annotations
@@ -33,6 +42,7 @@ import numpy as np
 
 from tx.data.tokenizer import Tokenizer
 from tx.infer.export import CONFIG_FILE, EXPORT_FILE, VOCAB_FILE
+from tx.infer.search import max_output_length
 from tx.tokens import EOS_ID
 
 PATIENCE = 2  # finished hypotheses collected per beam slot before re-ranking
@@ -101,8 +111,10 @@ def translate_ids(model: CT2Model, sources: list[np.ndarray], decode_cfg, nbest:
     for i, s in enumerate(sources):
         groups[len(s) - 1].append(i)
     results: list = [None] * len(sources)
+    extra = int(decode_cfg.max_extra_len)
+    ratio = float(decode_cfg.get("max_length_ratio", 0.0))  # exports before the key: absent
     for n, idx in sorted(groups.items()):
-        max_len = n + int(decode_cfg.max_extra_len)
+        max_len = max_output_length(n, extra, ratio)  # one input length: per sentence exactly
         _check_positions(model, n, max_len)
         batch = [[model.pieces[t] for t in sources[i][:-1]] for i in idx]
         for i, hyps in zip(idx, _search(model, batch, decode_cfg, k, max_len), strict=True):
@@ -124,6 +136,7 @@ def _search(model: CT2Model, batch: list[list[str]], decode_cfg, k: int, max_len
     """One CTranslate2 call for inputs of one length -> per input [(ids, score)] best first."""
     alpha = float(decode_cfg.alpha) if decode_cfg.strategy == "beam" else 0.0
     rerank = alpha != 0.0 and k > 1
+    ngram = int(decode_cfg.get("no_repeat_ngram_size", 0))
     results = model.translator.translate_batch(
         batch,
         beam_size=k,
@@ -131,6 +144,7 @@ def _search(model: CT2Model, batch: list[list[str]], decode_cfg, k: int, max_len
         num_hypotheses=k * PATIENCE if rerank else k,
         length_penalty=RAW_ALPHA if rerank else 0.0,
         max_decoding_length=max_len,
+        no_repeat_ngram_size=ngram,
         min_decoding_length=0,  # tx may end at once (CTranslate2 defaults to 1)
         max_input_length=0,  # tx never truncates an input
         return_scores=True,
@@ -146,7 +160,7 @@ def _search(model: CT2Model, batch: list[list[str]], decode_cfg, k: int, max_len
         ]
         for r in results
     ]
-    _end_cut_hypotheses(model, batch, hyps, eos)
+    _end_cut_hypotheses(model, batch, hyps, eos, every=ngram > 0)
     index = {p: i for i, p in enumerate(model.pieces)}
     out = []
     for h in hyps:  # tx's score: log-probability / ((5 + |Y|) / 6)^alpha, |Y| counting EOS
@@ -158,19 +172,25 @@ def _search(model: CT2Model, batch: list[list[str]], decode_cfg, k: int, max_len
     return out
 
 
-def _end_cut_hypotheses(model: CT2Model, batch, hyps, eos: str) -> None:
+def _end_cut_hypotheses(model: CT2Model, batch, hyps, eos: str, every: bool = False) -> None:
     """Hypotheses CTranslate2 cut at the maximum length get the EOS that tx's search forces
-    there, with its log-probability (one scoring pass over the whole hypothesis)."""
+    there, with its log-probability (one scoring pass over the whole hypothesis). `every`: all
+    hypotheses are scored so (their scores from CTranslate2 were renormalised around banned
+    n-grams; see the module docstring)."""
     cut = [
-        (b, j) for b, h in enumerate(hyps) for j, (toks, _) in enumerate(h) if toks[-1:] != [eos]
+        (b, j)
+        for b, h in enumerate(hyps)
+        for j, (toks, _) in enumerate(h)
+        if every or toks[-1:] != [eos]
     ]
     if not cut:
         return
+    words = [hyps[b][j][0][: -1 if hyps[b][j][0][-1:] == [eos] else None] for b, j in cut]
     scored = model.translator.score_batch(
-        [batch[b] for b, _ in cut], [hyps[b][j][0] for b, j in cut], max_input_length=0
-    )
-    for (b, j), r in zip(cut, scored, strict=True):
-        hyps[b][j] = [hyps[b][j][0] + [eos], float(np.sum(r.log_probs, dtype=np.float64))]
+        [batch[b] for b, _ in cut], words, max_input_length=0
+    )  # each target's log-probabilities, its EOS's last
+    for (b, j), toks, r in zip(cut, words, scored, strict=True):
+        hyps[b][j] = [toks + [eos], float(np.sum(r.log_probs, dtype=np.float64))]
 
 
 def _gnmt(length: int, alpha: float) -> float:

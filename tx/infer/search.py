@@ -19,6 +19,11 @@ log-probability can only fall, so its best possible score is logprob / lp(its ma
 EOS is accepted only when it ranks among the top k candidates, so beam 1 with alpha = 0 is
 exactly greedy decoding. PAD and BOS are never generated.
 
+Two safeguards, both off by default (the paper's search is then exactly as above):
+`no_repeat_ngram_size` n > 0 is fairseq's NGramRepeatBlock: no n-gram occurs twice in a
+hypothesis (`repeated_ngram_bans`); `max_output_length`'s ratio caps a sentence's output
+length at a multiple of its input's as well.
+
 `Strategy` (from `cfg.decode`) picks one: every caller (translate, evaluate, benchmarks) goes
 through `Strategy.__call__`, so a new strategy is added here once.
 """
@@ -29,6 +34,7 @@ import dataclasses
 import functools
 import math
 from collections.abc import Callable
+from fractions import Fraction
 from typing import Any, NamedTuple
 
 import jax
@@ -39,6 +45,24 @@ from tx.tokens import BOS_ID, EOS_ID, PAD_ID
 
 NEG = -1.0e9  # "minus infinity" that stays finite under addition
 STRATEGIES = ("beam", "greedy", "sample")
+# Output tokens allowed beyond ceil(ratio * input length) (`max_output_length`): fairseq's
+# WMT recipes pair --max-len-a 1.2 with --max-len-b 10. Short inputs need it most: their
+# sub-word counts differ most between languages.
+RATIO_EXTRA_LEN = 10
+
+
+def max_output_length(source_len: int, max_extra_len: int, ratio: float = 0.0) -> int:
+    """The most output tokens (EOS excluded) for an input of `source_len` sub-words (EOS
+    excluded): the paper's source_len + max_extra_len and, when ratio r > 0, also at most
+    ceil(r * source_len) + RATIO_EXTRA_LEN. With r = 1.2 and max_extra_len 50: inputs of 1, 3,
+    50, 300 sub-words allow 12, 14, 70, 350 (the paper's cap from 200 on). r counts as the
+    decimal written (1.1 * 50 is 55, where float arithmetic gives 55.00000000000001).
+    Non-decreasing in source_len, so a bucket's longest input bounds all of its sentences."""
+    limit = source_len + max_extra_len
+    if ratio > 0:
+        scaled = math.ceil(Fraction(repr(float(ratio))) * source_len)
+        limit = min(limit, scaled + RATIO_EXTRA_LEN)
+    return limit
 
 
 def gather_rows(cache: Any, rows: jax.Array) -> Any:
@@ -118,6 +142,31 @@ def _only_eos_at_max(lp: jax.Array, at_max: jax.Array) -> jax.Array:
     return jnp.where(at_max, jnp.maximum(lp, NEG) + eos_only, lp)
 
 
+def repeated_ngram_bans(seqs: jax.Array, length: jax.Array, n: int, vocab: int) -> jax.Array:
+    """fairseq's NGramRepeatBlock: the tokens that would repeat an n-gram of each row.
+
+    seqs [r, T] int32 holds each row's generated tokens in positions 0 .. length-1 (no BOS:
+    it is no token of an n-gram) and anything after; length is a scalar. Where the row's last
+    n-1 tokens equal seqs[j : j+n-1] for a window j that ends before them (j + n-1 < length),
+    seqs[j + n-1] is banned. EOS is never banned: a row at its maximum length must still end.
+    Returns bool [r, vocab]. Comparisons over the n-1 shifts of [r, T - n + 1] windows and one
+    scatter: no loop over steps.
+    """
+    rows, T = seqs.shape
+    starts = T - n + 1  # windows j = 0 .. T-n (static)
+    if starts <= 0:
+        return jnp.zeros((rows, vocab), bool)
+    hit = jnp.broadcast_to(jnp.arange(starts) <= length - n, (rows, starts))  # [r, starts]
+    if n > 1:  # clamped start below n-1: no window is then complete, hit is all False
+        suffix = jax.lax.dynamic_slice_in_dim(seqs, length - (n - 1), n - 1, axis=1)
+        for m in range(n - 1):  # static: n-1 comparisons of [r, starts]
+            hit = hit & (seqs[:, m : m + starts] == suffix[:, m : m + 1])
+    following = jnp.where(hit, seqs[:, n - 1 :], vocab)  # [r, starts]; vocab: dropped below
+    banned = jnp.zeros((rows, vocab), bool)
+    banned = banned.at[jnp.arange(rows)[:, None], following].set(True, mode="drop")
+    return banned.at[:, EOS_ID].set(False)
+
+
 def beam_search(
     decoder: Decoder,
     max_lengths: jax.Array,
@@ -125,6 +174,7 @@ def beam_search(
     beam_size: int,
     alpha: float,
     max_steps: int,
+    no_repeat_ngram_size: int = 0,
 ) -> tuple[jax.Array, jax.Array]:
     """Batched beam search.
 
@@ -135,6 +185,8 @@ def beam_search(
       beam_size: k.
       alpha: length-penalty exponent.
       max_steps: static bound >= max(max_lengths) + 1 (the EOS step).
+      no_repeat_ngram_size: n > 0: no n-gram twice in a hypothesis (`repeated_ngram_bans`);
+        0: off.
 
     Returns:
       sequences [b, k, max_steps] int32 (EOS-terminated, PAD after), best first;
@@ -158,11 +210,13 @@ def beam_search(
         live = s["live_logprobs"][:, 0] > NEG / 2
         return (s["i"] < T) & jnp.any(can_improve & live)
 
-    step = functools.partial(_beam_step, decoder, max_lengths, k, alpha)
+    ngram = no_repeat_ngram_size
+    step = functools.partial(_beam_step, decoder, max_lengths, k, alpha, ngram)
     if decoder.resize_cache is not None:  # step 0 below on the first window's cache too
         init["cache"] = decoder.resize_cache(init["cache"], windows(T)[0])
     if decoder.rows_independent and k > 1 and T > 0:  # not_done holds at step 0
-        init = _beam_step(_one_row_per_sentence(decoder, batch, k), max_lengths, k, alpha, init)
+        first = _one_row_per_sentence(decoder, batch, k)
+        init = _beam_step(first, max_lengths, k, alpha, ngram, init)
 
     def loop(s, start, end):  # start: s["i"] itself
         return jax.lax.while_loop(lambda s: not_done(s) & (s["i"] < end), step, s)
@@ -171,20 +225,24 @@ def beam_search(
     return final["fin_seqs"][:, :, 1:], final["fin_scores"]
 
 
-def top_log_probs(logits: jax.Array, n: int, at_max: jax.Array):
+def top_log_probs(logits: jax.Array, n: int, at_max: jax.Array, banned: jax.Array | None = None):
     """The `n` most likely tokens of each row and their log-probabilities, without the
     full-vocabulary log-softmax: only the normaliser is a pass over [rows, V].
 
     Exactly `log_probs` followed by `_only_eos_at_max` and top_k on its rows (the same
     operations on the same values: the shifted top logits minus the log of the same sum), as
     long as `at_max` rows keep EOS among their best n, which every row does where EOS is the
-    only token left. Args: logits [r, V]; n <= V; at_max bool [r, 1]. Returns (log-probs
-    [r, n] float32, tokens [r, n] int32), best first.
+    only token left. Args: logits [r, V]; n <= V; at_max bool [r, 1]; banned: None or bool
+    [r, V], tokens whose log-probability is set to NEG after normalising (fairseq's order: the
+    others keep the model's log-probabilities). Returns (log-probs [r, n] float32, tokens
+    [r, n] int32), best first.
     """
     logits = logits.astype(jnp.float32)
     logits = logits.at[..., PAD_ID].set(NEG).at[..., BOS_ID].set(NEG)
     top = jnp.max(logits, -1, keepdims=True)  # the shift jax.nn.log_softmax uses
     log_sum = jnp.log(jnp.sum(jnp.exp(logits - top), -1, keepdims=True))
+    if banned is not None:  # after the normaliser, before the top-k
+        logits = jnp.where(banned, NEG, logits)
     # A row at its maximum length may only end: EOS first, every other token below NEG.
     eos_only = jnp.where(jnp.arange(logits.shape[-1]) == EOS_ID, logits, 2 * NEG)
     values, tokens = top_k(jnp.where(at_max, eos_only, logits), n)
@@ -232,7 +290,7 @@ def _one_row_per_sentence(decoder: Decoder, batch: int, k: int) -> Decoder:
     return decoder._replace(tokens_to_logits=tokens_to_logits, reorder_cache=reorder_cache)
 
 
-def _beam_step(decoder: Decoder, max_lengths, k, alpha, s):
+def _beam_step(decoder: Decoder, max_lengths, k, alpha, ngram, s):
     batch = s["live_seqs"].shape[0]
     i = s["i"]
     ids = jax.lax.dynamic_slice_in_dim(s["live_seqs"], i, 1, axis=2).reshape(batch * k, 1)
@@ -241,7 +299,11 @@ def _beam_step(decoder: Decoder, max_lengths, k, alpha, s):
     # the beam's score keeps the order within a beam. So 2k per beam, then 2k of those k * 2k.
     at_max = jnp.repeat(i >= max_lengths, k)[:, None]  # [b*k, 1]
     n = min(2 * k, logits.shape[-1])  # a beam wider than half the vocabulary takes it all
-    lp, tok = top_log_probs(logits, n, at_max)  # [b*k, n]
+    banned = None
+    if ngram:  # the i tokens written so far: live_seqs[:, :, 1 : i+1] (BOS at 0)
+        written = s["live_seqs"][:, :, 1:].reshape(batch * k, -1)  # [b*k, T]
+        banned = repeated_ngram_bans(written, i, ngram, logits.shape[-1])  # [b*k, V]
+    lp, tok = top_log_probs(logits, n, at_max, banned)  # [b*k, n]
     candidates = s["live_logprobs"][:, :, None] + lp.reshape(batch, k, n)
     top_lp, top_idx = jax.lax.top_k(candidates.reshape(batch, k * n), 2 * k)  # [b, 2k]
     top_beam = top_idx // n
@@ -275,13 +337,18 @@ def _beam_step(decoder: Decoder, max_lengths, k, alpha, s):
     }
 
 
-def greedy_search(decoder: Decoder, max_lengths: jax.Array, *, max_steps: int):
-    """Argmax at every step until EOS (or the sentence's maximum length).
+def greedy_search(
+    decoder: Decoder, max_lengths: jax.Array, *, max_steps: int, no_repeat_ngram_size: int = 0
+):
+    """Argmax at every step until EOS (or the sentence's maximum length); with
+    no_repeat_ngram_size n > 0, over the tokens that repeat no n-gram.
 
     Returns sequences [b, max_steps] int32 (EOS-terminated, PAD after) and their summed
     log-probabilities [b].
     """
-    return _one_path(decoder, max_lengths, max_steps, lambda lp, i: jnp.argmax(lp, -1))
+    return _one_path(
+        decoder, max_lengths, max_steps, lambda lp, i: jnp.argmax(lp, -1), no_repeat_ngram_size
+    )
 
 
 def sample_search(
@@ -292,9 +359,11 @@ def sample_search(
     max_steps: int,
     temperature: float = 1.0,
     top_k: int = 0,
+    no_repeat_ngram_size: int = 0,
 ):
     """Ancestral sampling from softmax(logits / temperature), restricted to the `top_k` most
-    likely tokens when top_k > 0 (0: the whole vocabulary).
+    likely tokens when top_k > 0 (0: the whole vocabulary), and to those that repeat no n-gram
+    when no_repeat_ngram_size n > 0.
 
     Returns sequences [b, max_steps] int32 (EOS-terminated, PAD after) and their summed
     log-probabilities [b] under the model (temperature 1, no top-k).
@@ -307,17 +376,21 @@ def sample_search(
             scaled = jnp.where(scaled >= kth, scaled, NEG)
         return jax.random.categorical(jax.random.fold_in(rng, i), scaled, axis=-1)
 
-    return _one_path(decoder, max_lengths, max_steps, choose)
+    return _one_path(decoder, max_lengths, max_steps, choose, no_repeat_ngram_size)
 
 
-def _one_path(decoder: Decoder, max_lengths, max_steps: int, choose):
-    """One hypothesis per sentence, token by token: `choose(log_probs [b, V], step) -> [b]`."""
+def _one_path(decoder: Decoder, max_lengths, max_steps: int, choose, ngram: int = 0):
+    """One hypothesis per sentence, token by token: `choose(log_probs [b, V], step) -> [b]`;
+    ngram > 0: tokens that would repeat an n-gram get log-probability NEG first."""
     batch = max_lengths.shape[0]
 
     def body(i, s):
         ids = jnp.where(i == 0, BOS_ID, s["seqs"][:, jnp.maximum(i - 1, 0)])[:, None]
         logits, cache = decoder.tokens_to_logits(ids, s["cache"])
-        lp = _only_eos_at_max(log_probs(logits), (i >= max_lengths)[:, None])
+        lp = log_probs(logits)  # [b, V]
+        if ngram:  # the i tokens written so far: seqs[:, :i]
+            lp = jnp.where(repeated_ngram_bans(s["seqs"], i, ngram, lp.shape[-1]), NEG, lp)
+        lp = _only_eos_at_max(lp, (i >= max_lengths)[:, None])
         tok = choose(lp, i).astype(jnp.int32)
         tok = jnp.where(s["done"], PAD_ID, tok)
         score = s["score"] + jnp.where(
@@ -354,6 +427,7 @@ class Strategy:
     alpha: float = 0.6
     temperature: float = 1.0
     top_k: int = 0
+    no_repeat_ngram_size: int = 0  # 0: off (the paper's search)
 
     @classmethod
     def from_config(cls, decode: ml_collections.ConfigDict) -> Strategy:
@@ -363,6 +437,8 @@ class Strategy:
             float(decode.alpha),
             float(decode.temperature),
             int(decode.top_k),
+            # .get: decode sections built before the key (tests, old exports) leave it off
+            int(decode.get("no_repeat_ngram_size", 0)),
         )
 
     @property
@@ -384,9 +460,15 @@ class Strategy:
                 beam_size=self.beam_size,
                 alpha=self.alpha,
                 max_steps=max_steps,
+                no_repeat_ngram_size=self.no_repeat_ngram_size,
             )
         if self.name == "greedy":
-            seqs, scores = greedy_search(decoder, max_lengths, max_steps=max_steps)
+            seqs, scores = greedy_search(
+                decoder,
+                max_lengths,
+                max_steps=max_steps,
+                no_repeat_ngram_size=self.no_repeat_ngram_size,
+            )
         elif self.name == "sample":
             seqs, scores = sample_search(
                 decoder,
@@ -395,6 +477,7 @@ class Strategy:
                 max_steps=max_steps,
                 temperature=self.temperature,
                 top_k=self.top_k,
+                no_repeat_ngram_size=self.no_repeat_ngram_size,
             )
         else:
             raise ValueError(f"decode.strategy must be one of {STRATEGIES}, got {self.name!r}")

@@ -27,7 +27,7 @@ from tx.config import ConfigError, load_config, model_config
 from tx.data.pipeline import eval_batches
 from tx.data.tokenizer import Tokenizer, run_tokenizer
 from tx.infer.decoders import decoder, ensemble_decoder
-from tx.infer.search import Strategy
+from tx.infer.search import Strategy, max_output_length
 from tx.model.counting import abstract_params
 from tx.model.families import build_model
 from tx.tokens import EOS_ID, PAD_ID
@@ -190,6 +190,8 @@ def translate_ids(
     if not 1 <= nbest <= strategy.width:
         raise ValueError(f"nbest={nbest}: decode.strategy={strategy.name!r} keeps {strategy.width}")
     lengths = np.array([len(s) for s in sources], np.int64)
+    extra = int(decode_cfg.max_extra_len)
+    ratio = float(decode_cfg.get("max_length_ratio", 0.0))  # absent before the key existed
     results: list = [None] * len(sources)
     layout = loaded.layout
     batches = eval_batches(lengths, decode_cfg.batch_tokens, bucket_lengths, layout.data_shards)
@@ -200,8 +202,9 @@ def translate_ids(
         for r, i in enumerate(idx):
             if i >= 0:
                 inputs[r, : lengths[i]] = sources[i]
-                # input length + 50, counting the source's sub-words without its EOS
-                max_lengths[r] = lengths[i] - 1 + decode_cfg.max_extra_len
+                # input length + 50 (or less by the ratio), counting the source's sub-words
+                # without its EOS
+                max_lengths[r] = max_output_length(int(lengths[i]) - 1, extra, ratio)
         mine = layout.process_rows(rows)
         seqs, scores = _search_batch(
             tuple(m for m, _ in loaded.members),
@@ -210,7 +213,7 @@ def translate_ids(
             layout.global_rows(max_lengths[mine]),
             jax.random.fold_in(jax.random.PRNGKey(decode_cfg.seed), number),
             strategy=strategy,
-            max_steps=length - 1 + decode_cfg.max_extra_len + 1,
+            max_steps=max_output_length(length - 1, extra, ratio) + 1,  # the bucket's longest
         )
         seqs, scores = _to_host(seqs), _to_host(scores)
         for r, i in enumerate(idx):
