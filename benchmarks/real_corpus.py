@@ -529,8 +529,12 @@ def package_record(package, deb, copyright_text, n_catalogues, entries, kept) ->
     }
 
 
-def split_pairs(pairs: list[tuple[str, str]], held_out: int = HELD_OUT) -> dict[str, list]:
-    """test: the `held_out` sources of lowest hash, dev: the next ones, train: the rest.
+def split_pairs(
+    pairs: list[tuple[str, str]], held_out: int = HELD_OUT, train_pairs: int = 0
+) -> dict[str, list]:
+    """test: the `held_out` sources of lowest hash, dev: the next ones, train: the rest (or,
+    with `train_pairs`, only that many of them: the next ones by hash, a uniform sample that a
+    larger `train_pairs` extends).
 
     Each split keeps the pairs' original order.
     """
@@ -540,9 +544,13 @@ def split_pairs(pairs: list[tuple[str, str]], held_out: int = HELD_OUT) -> dict[
 
     ordered = sorted(range(len(pairs)), key=lambda i: rank(pairs[i]))
     test, dev = set(ordered[:held_out]), set(ordered[held_out : 2 * held_out])
+    train = set(ordered[2 * held_out : 2 * held_out + train_pairs] if train_pairs else ())
     splits = {"train": [], "dev": [], "test": []}
     for i, pair in enumerate(pairs):
-        splits["test" if i in test else "dev" if i in dev else "train"].append(pair)
+        if i in test or i in dev:
+            splits["test" if i in test else "dev"].append(pair)
+        elif not train_pairs or i in train:
+            splits["train"].append(pair)
     return splits
 
 
@@ -554,18 +562,22 @@ def write_splits(out: str, splits: dict[str, list], src: str, tgt: str) -> None:
                 f.writelines(pair[column] + "\n" for pair in pairs)
 
 
-def build(out: str, pair: str = "en-fr", cache: str | None = None, log=print) -> dict:
+def build(
+    out: str, pair: str = "en-fr", cache: str | None = None, log=print, train_pairs: int = 0
+) -> dict:
     """Downloads, reads, cleans, splits and writes the corpus; returns SOURCES.json's content."""
     src, tgt = pair.split("-")
     cache = cache or os.path.join(os.path.expanduser("~"), ".cache", "tx", "real_corpus")
     start = time.time()
     packages = [p.format(lang=tgt) for p in PACKAGES]
     pairs, records, dropped = collect(packages, tgt, cache, log)
-    splits = split_pairs(pairs)
+    splits = split_pairs(pairs, train_pairs=train_pairs)
     write_splits(out, splits, src, tgt)
     sources = {
         "pair": pair,
-        "built_by": "python benchmarks/real_corpus.py --out DIR --pair " + pair,
+        "built_by": "python benchmarks/real_corpus.py --out DIR --pair "
+        + pair
+        + (f" --train-pairs {train_pairs}" if train_pairs else ""),
         "splits": {name: len(p) for name, p in splits.items()},
         "dropped": dict(dropped.most_common()),
         "seconds": round(time.time() - start, 1),
@@ -581,8 +593,17 @@ def main(argv=None) -> None:
     parser.add_argument("--out", required=True, help="folder for the split files and SOURCES.json")
     parser.add_argument("--pair", default="en-fr", choices=["en-fr", "en-es"])
     parser.add_argument("--cache", help="folder for the downloaded .debs (reused)")
+    parser.add_argument(
+        "--train-pairs",
+        type=int,
+        default=0,
+        metavar="N",
+        help="keep only N training pairs (by hash: a uniform sample; dev and test unchanged)",
+    )
     args = parser.parse_args(argv)
-    sources = build(args.out, args.pair, args.cache)
+    if args.train_pairs < 0:
+        parser.error(f"--train-pairs must be >= 0, got {args.train_pairs}")
+    sources = build(args.out, args.pair, args.cache, train_pairs=args.train_pairs)
     print(f"{args.out}: {sources['splits']} in {sources['seconds']} s")
     print(f"dropped: {sources['dropped']}")
 
