@@ -8,6 +8,7 @@ import pytest
 
 from tx.eval.metrics import (
     bleu_by_length,
+    repetition_loops,
     score_all,
     split_compounds,
     tok_bleu_recipe,
@@ -132,3 +133,24 @@ def test_bleu_by_length_buckets_by_source_words():
     ]
     with pytest.raises(ValueError, match="width"):
         bleu_by_length(sources, hyps, refs, width=0)
+
+
+def test_repetition_loops_are_caught_in_words_and_inside_words():
+    hyps = [
+        "Supprimer --remove-remove-remove-remove-",  # inside a word
+        "zu automatisch zu automatisch zu automatisch",  # words, the last one ending the line
+        "Les lignes lignes sont",  # twice is not a loop
+        "Patientez...",  # no letter in the stretch
+        "1111 2222",
+        "Mississippi",  # "ss" and "issi" come twice, not three times in a row
+        "Ha ha ha !",  # the source says it too
+        "Très très très bien",
+    ]
+    sources = ["Remove", "automatic", "The lines", "Wait...", "x", "y", "Ha ha ha!", "Very good"]
+    assert repetition_loops(hyps, sources) == [0, 1, 7]
+
+
+def test_score_all_counts_loops_only_with_sources():
+    hyps, refs = ["a b a b a b", "c d"], ["a b", "c d"]
+    assert "repetition_loops" not in score_all(hyps, refs, "en")
+    assert score_all(hyps, refs, "en", sources=["a b", "c d"])["repetition_loops"] == 1

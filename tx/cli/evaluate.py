@@ -92,7 +92,8 @@ def summary(result: dict, split: str) -> list[str]:
         f"{split}: sacreBLEU {result['bleu']:.2f} ({result['bleu_signature']})",
         f"{split}: tokenized BLEU {result['tok_bleu']:.2f} "
         f"(paper style: {result['tok_bleu_recipe']})",
-        f"{split}: chrF {result['chrf']:.2f}; {result['num_sentences']} sentences; "
+        f"{split}: chrF {result['chrf']:.2f}; {result['num_sentences']} sentences, "
+        f"{result.get('repetition_loops', 0)} with a repetition loop; "
         f"hypotheses in {result['hypotheses_file']}",
     ]
     lines += [

@@ -48,7 +48,7 @@ def evaluate_split(
     if cfg.data.source == "trees":  # parsing: bracketing F1 against the gold trees
         result = parse_scores(gold_trees(cfg.data, split), hypotheses)
     else:
-        result = score_all(hypotheses, references, cfg.data.tgt_lang, bootstrap)
+        result = score_all(hypotheses, references, cfg.data.tgt_lang, bootstrap, sources)
     result.update(hypotheses_file=path, checkpoint=loaded.source, split=split)
     if by_length:
         result["by_length"] = bleu_by_length(sources, hypotheses, references, by_length)

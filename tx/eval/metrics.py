@@ -9,6 +9,7 @@ translates and calls them).
   target only, compounds are first split at hyphens (`s{(\\S)-(\\S)}{$1 ##AT##-##AT## $2}g`), as
   tensor2tensor's get_ende_bleu.sh does; that script is EN-DE's, so EN-FR and any other target
   are not split. `tok_bleu_recipe(lang)` spells out the exact steps, and `score_all` reports it.
+* `repetition_loops`: the hypotheses caught in a loop, the failure a BLEU score hides best.
 No sentence is ever dropped, lower-cased or shortened.
 """
 
@@ -97,14 +98,45 @@ def _sentence_stats(bleu: BLEU, hyp: str, ref: str) -> list[float]:
     return [s.sys_len, s.ref_len, *s.counts, *s.totals]
 
 
-def score_all(hypotheses: list[str], references: list[str], lang: str, bootstrap: int = 0) -> dict:
-    """Everything `tx evaluate --json` reports."""
+# A stretch of at least two characters said at least three times in a row: "remove-remove-
+# remove-", "zu automatisch zu automatisch zu automatisch".
+_LOOP = re.compile(r"(.{2,}?)\1{2,}", re.DOTALL)
+_LETTER = re.compile(r"[^\W\d_]")
+
+
+def has_loop(text: str) -> bool:
+    """Whether some stretch of `text` with a letter in it (not "...", "----", "1111") comes
+    three times in a row; case is ignored. A space is put at each end, so that a loop of
+    words ending the line ("zu x zu x zu x") is seen whole."""
+    return any(_LETTER.search(m.group(1)) for m in _LOOP.finditer(f" {text.lower()} "))
+
+
+def repetition_loops(hypotheses: list[str], sources: list[str]) -> list[int]:
+    """Indices of the hypotheses caught in a repetition loop (`has_loop`) whose source has
+    none (a source that says "very, very, very" may be translated so)."""
+    return [
+        i
+        for i, (hyp, src) in enumerate(zip(hypotheses, sources, strict=True))
+        if has_loop(hyp) and not has_loop(src)
+    ]
+
+
+def score_all(
+    hypotheses: list[str],
+    references: list[str],
+    lang: str,
+    bootstrap: int = 0,
+    sources: list[str] | None = None,
+) -> dict:
+    """Everything `tx evaluate --json` reports (`repetition_loops` when `sources` are given)."""
     if len(hypotheses) != len(references):
         raise ValueError(f"{len(hypotheses)} hypotheses for {len(references)} references")
     out = sacrebleu_scores(hypotheses, references)
     out["tok_bleu"] = tokenized_bleu(hypotheses, references, lang)
     out["tok_bleu_recipe"] = tok_bleu_recipe(lang)
     out["num_sentences"] = len(references)
+    if sources is not None:
+        out["repetition_loops"] = len(repetition_loops(hypotheses, sources))
     if bootstrap:
         out["bleu_95ci"] = bootstrap_interval(hypotheses, references, bootstrap)
     return out
