@@ -91,6 +91,9 @@ def get_config():
 
     cfg.train = dict(
         num_steps=100_000,
+        # A time budget: stop (saving a checkpoint; `train` again goes on) once this invocation
+        # has run this long, data preparation and compiling included; 0 = none.
+        max_minutes=0.0,
         seed=0,
         label_smoothing=0.1,  # epsilon_ls
         micro_batches=1,  # gradient accumulation: each step = this many micro-batches
@@ -112,6 +115,11 @@ def get_config():
         log_every_steps=100,
         eval_every_steps=5000,  # dev loss / perplexity; 0 = never
         eval_bleu_every_steps=0,  # dev BLEU during training; 0 = never
+        # Keeping the best checkpoints by a dev score (tx.train.best; configs/small.py). The
+        # paper keeps and averages the last ones: its dev score still rises when training ends.
+        keep_best=0,  # the N best by best_metric, kept beside the last ones; 0 = off
+        best_metric="dev_bleu",  # "dev_bleu" (eval_bleu_every_steps) | "dev_loss" (eval_every..)
+        early_stopping_patience=0,  # stop after this many evaluations without a better one
         peak_tflops=0.0,  # per device, for MFU; 0 = look up by device kind
     )
 
@@ -124,6 +132,7 @@ def get_config():
         no_repeat_ngram_size=0,  # > 0: no n-gram of this size twice in an output (fairseq); 0 = off
         batch_tokens=4096,  # source tokens per decoding batch (before the beam)
         average_last=5,  # checkpoints averaged for the final model (base: 5, big: 20)
+        average_which="last",  # "last" (the paper) | "best" by train.best_metric (train.keep_best)
         temperature=1.0,  # sample: softmax(logits / temperature)
         top_k=0,  # sample: only the k most likely tokens; 0 = all
         seed=0,  # sample: the random draws (folded with each batch's number)

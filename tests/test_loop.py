@@ -231,3 +231,11 @@ def test_cli_bad_input_is_one_clear_line(root, tmp_path):
     assert res.returncode == 2
     assert "error: data file not found:" in res.stderr and "missing.en" in res.stderr
     assert "Traceback" not in res.stderr
+
+
+def test_max_minutes_stops_with_a_checkpoint_and_train_goes_on(vocab, tmp_path, tiny):
+    # 0.0001 minutes (6 ms) run out during data preparation: the first step is the last.
+    cfg = tiny(f"data.vocab_path={vocab}", "train.num_steps=6", "train.max_minutes=0.0001")
+    assert train(cfg, str(tmp_path))["step"] == 1
+    assert Checkpointer(str(tmp_path)).all_steps() == [1]
+    assert train(tiny(f"data.vocab_path={vocab}", "train.num_steps=6"), str(tmp_path))["step"] == 6

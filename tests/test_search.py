@@ -25,7 +25,7 @@ from tx.infer.search import (
     top_log_probs,
     windows,
 )
-from tx.infer.search import top_k as search_top_k
+from tx.infer.topk import top_k as search_top_k
 from tx.model.transformer import Transformer
 from tx.model.transformer_config import ModelConfig
 from tx.model.transformer_decoding import incremental_decoder, init_cache

@@ -16,16 +16,14 @@ import numpy as np
 import pytest
 
 from tx.config import ConfigError, load_config
+from tx.infer.safeguards import RATIO_EXTRA_LEN, max_output_length, repeated_ngram_bans
 from tx.infer.search import (
     NEG,
-    RATIO_EXTRA_LEN,
     Decoder,
     Strategy,
     beam_search,
     greedy_search,
     length_penalty,
-    max_output_length,
-    repeated_ngram_bans,
 )
 from tx.tokens import BOS_ID, EOS_ID, PAD_ID
 

@@ -36,7 +36,14 @@ LATER_KEYS = {
     "train.loss_chunk_tokens": 8192,
     "decode.no_repeat_ngram_size": 0,
     "decode.max_length_ratio": 0.0,
+    "train.max_minutes": 0.0,
+    "train.keep_best": 0,
+    "train.best_metric": "dev_bleu",
+    "train.early_stopping_patience": 0,
+    "decode.average_which": "last",
 }
+# A dev metric that can choose checkpoints (tx.train.best) -> the key of its evaluation interval.
+BEST_METRICS = {"dev_bleu": "train.eval_bleu_every_steps", "dev_loss": "train.eval_every_steps"}
 
 
 class ConfigError(ValueError):
@@ -228,6 +235,7 @@ def validate(cfg: ml_collections.ConfigDict) -> None:
         "train.checkpoint_every_secs",
         "train.checkpoint_every_steps",
         "train.eval_every_steps",
+        "train.max_minutes",
         "optim.grad_clip_norm",
     )
     if _number(cfg, "train.loss_chunk_tokens") < -1:
@@ -243,6 +251,7 @@ def validate(cfg: ml_collections.ConfigDict) -> None:
             f"{cfg.data.vocab_size}; the shared vocabulary sizes the embedding"
         )
     _check_decode(cfg)
+    _check_best(cfg)
     if cfg.data.on_bad_line not in ON_BAD_LINE:
         raise ConfigError(
             f"data.on_bad_line must be one of {ON_BAD_LINE}, got {cfg.data.on_bad_line!r}"
@@ -291,6 +300,33 @@ def _check_decode(cfg: ml_collections.ConfigDict) -> None:
     ratio = _number(cfg, "decode.max_length_ratio")
     if not 0 <= ratio < float("inf"):  # nan and inf as well
         raise ConfigError(f"decode.max_length_ratio must be finite and >= 0 (0 = off), got {ratio}")
+
+
+def _check_best(cfg: ml_collections.ConfigDict) -> None:
+    """Keeping the best checkpoints needs a known metric that is evaluated (tx.train.best)."""
+    t = cfg.train
+    _check_nonnegative(cfg, "train.keep_best", "train.early_stopping_patience")
+    if t.best_metric not in BEST_METRICS:
+        raise ConfigError(
+            f"train.best_metric must be one of {tuple(BEST_METRICS)}, got {t.best_metric!r}"
+        )
+    every = BEST_METRICS[t.best_metric]
+    if t.early_stopping_patience and not t.keep_best:
+        raise ConfigError(
+            "train.early_stopping_patience needs train.keep_best >= 1 (the best checkpoint "
+            "must be kept to know when training stopped improving)"
+        )
+    if t.keep_best and not _number(cfg, every):
+        raise ConfigError(
+            f"train.keep_best={t.keep_best} chooses by {t.best_metric}, which is never "
+            f"evaluated: set {every} > 0"
+        )
+    if cfg.decode.average_which not in ("last", "best"):
+        raise ConfigError(
+            f"decode.average_which must be 'last' or 'best', got {cfg.decode.average_which!r}"
+        )
+    if cfg.decode.average_which == "best" and not t.keep_best:
+        raise ConfigError("decode.average_which='best' needs train.keep_best >= 1")
 
 
 def _get(cfg, dotted: str):

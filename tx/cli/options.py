@@ -39,25 +39,37 @@ def take_over_lock(p: argparse.ArgumentParser) -> None:
     )
 
 
+def step_or_best(text: str) -> int | str:
+    """A --checkpoint value: a step, or "best" (the best dev score: tx.train.best)."""
+    if text == "best":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a step number or 'best', not {text!r}") from None
+
+
 def checkpoint(p: argparse.ArgumentParser, many: bool = False) -> None:
-    """`--checkpoint STEP` (dest `checkpoint`), or with `many` several (dest `checkpoints`)."""
+    """`--checkpoint STEP` (dest `checkpoint`), or with `many` several (dest `checkpoints`);
+    STEP may be `best`."""
     if many:
         p.add_argument(
             "--checkpoint",
             dest="checkpoints",
-            type=int,
+            type=step_or_best,
             nargs="+",
             action="extend",
             metavar="STEP",
-            help="this training step's checkpoint (default: the averaged one, else the latest); "
-            "several: an ensemble of them",
+            help="this training step's checkpoint, or 'best' by dev score (default: the "
+            "averaged one, else the latest); several: an ensemble of them",
         )
     else:
         p.add_argument(
             "--checkpoint",
-            type=int,
+            type=step_or_best,
             metavar="STEP",
-            help="this training step's checkpoint (default: the averaged one, else the latest)",
+            help="this training step's checkpoint, or 'best' by dev score (default: the "
+            "averaged one, else the latest)",
         )
 
 

@@ -5,7 +5,7 @@ tx.infer.translate.
 
 The search settings are the run's (DIR/tx_config.json `decode`): beam size, alpha, and the
 maximum output length, input sub-words + max_extra_len per sentence (or less with
-decode.max_length_ratio: tx.infer.search.max_output_length). CTranslate2 takes one maximum
+decode.max_length_ratio: tx.infer.safeguards.max_output_length). CTranslate2 takes one maximum
 length per call, so sentences are decoded in groups of equal input length: each group's
 limit is then every one of its sentences' own, ratio included.
 
@@ -42,7 +42,7 @@ import numpy as np
 
 from tx.data.tokenizer import Tokenizer
 from tx.infer.export import CONFIG_FILE, EXPORT_FILE, VOCAB_FILE
-from tx.infer.search import max_output_length
+from tx.infer.safeguards import max_output_length
 from tx.tokens import EOS_ID
 
 PATIENCE = 2  # finished hypotheses collected per beam slot before re-ranking

@@ -19,10 +19,10 @@ log-probability can only fall, so its best possible score is logprob / lp(its ma
 EOS is accepted only when it ranks among the top k candidates, so beam 1 with alpha = 0 is
 exactly greedy decoding. PAD and BOS are never generated.
 
-Two safeguards, both off by default (the paper's search is then exactly as above):
-`no_repeat_ngram_size` n > 0 is fairseq's NGramRepeatBlock: no n-gram occurs twice in a
-hypothesis (`repeated_ngram_bans`); `max_output_length`'s ratio caps a sentence's output
-length at a multiple of its input's as well.
+Two safeguards, both off by default (the paper's search is then exactly as above; they are
+tx.infer.safeguards'): `no_repeat_ngram_size` n > 0 is fairseq's NGramRepeatBlock: no n-gram
+occurs twice in a hypothesis (`repeated_ngram_bans`); `max_output_length`'s ratio caps a
+sentence's output length at a multiple of its input's as well.
 
 `Strategy` (from `cfg.decode`) picks one: every caller (translate, evaluate, benchmarks) goes
 through `Strategy.__call__`, so a new strategy is added here once.
@@ -34,35 +34,17 @@ import dataclasses
 import functools
 import math
 from collections.abc import Callable
-from fractions import Fraction
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import ml_collections
 
+from tx.infer.safeguards import repeated_ngram_bans
+from tx.infer.topk import NEG, top_log_probs
 from tx.tokens import BOS_ID, EOS_ID, PAD_ID
 
-NEG = -1.0e9  # "minus infinity" that stays finite under addition
 STRATEGIES = ("beam", "greedy", "sample")
-# Output tokens allowed beyond ceil(ratio * input length) (`max_output_length`): fairseq's
-# WMT recipes pair --max-len-a 1.2 with --max-len-b 10. Short inputs need it most: their
-# sub-word counts differ most between languages.
-RATIO_EXTRA_LEN = 10
-
-
-def max_output_length(source_len: int, max_extra_len: int, ratio: float = 0.0) -> int:
-    """The most output tokens (EOS excluded) for an input of `source_len` sub-words (EOS
-    excluded): the paper's source_len + max_extra_len and, when ratio r > 0, also at most
-    ceil(r * source_len) + RATIO_EXTRA_LEN. With r = 1.2 and max_extra_len 50: inputs of 1, 3,
-    50, 300 sub-words allow 12, 14, 70, 350 (the paper's cap from 200 on). r counts as the
-    decimal written (1.1 * 50 is 55, where float arithmetic gives 55.00000000000001).
-    Non-decreasing in source_len, so a bucket's longest input bounds all of its sentences."""
-    limit = source_len + max_extra_len
-    if ratio > 0:
-        scaled = math.ceil(Fraction(repr(float(ratio))) * source_len)
-        limit = min(limit, scaled + RATIO_EXTRA_LEN)
-    return limit
 
 
 def gather_rows(cache: Any, rows: jax.Array) -> Any:
@@ -142,31 +124,6 @@ def _only_eos_at_max(lp: jax.Array, at_max: jax.Array) -> jax.Array:
     return jnp.where(at_max, jnp.maximum(lp, NEG) + eos_only, lp)
 
 
-def repeated_ngram_bans(seqs: jax.Array, length: jax.Array, n: int, vocab: int) -> jax.Array:
-    """fairseq's NGramRepeatBlock: the tokens that would repeat an n-gram of each row.
-
-    seqs [r, T] int32 holds each row's generated tokens in positions 0 .. length-1 (no BOS:
-    it is no token of an n-gram) and anything after; length is a scalar. Where the row's last
-    n-1 tokens equal seqs[j : j+n-1] for a window j that ends before them (j + n-1 < length),
-    seqs[j + n-1] is banned. EOS is never banned: a row at its maximum length must still end.
-    Returns bool [r, vocab]. Comparisons over the n-1 shifts of [r, T - n + 1] windows and one
-    scatter: no loop over steps.
-    """
-    rows, T = seqs.shape
-    starts = T - n + 1  # windows j = 0 .. T-n (static)
-    if starts <= 0:
-        return jnp.zeros((rows, vocab), bool)
-    hit = jnp.broadcast_to(jnp.arange(starts) <= length - n, (rows, starts))  # [r, starts]
-    if n > 1:  # clamped start below n-1: no window is then complete, hit is all False
-        suffix = jax.lax.dynamic_slice_in_dim(seqs, length - (n - 1), n - 1, axis=1)
-        for m in range(n - 1):  # static: n-1 comparisons of [r, starts]
-            hit = hit & (seqs[:, m : m + starts] == suffix[:, m : m + 1])
-    following = jnp.where(hit, seqs[:, n - 1 :], vocab)  # [r, starts]; vocab: dropped below
-    banned = jnp.zeros((rows, vocab), bool)
-    banned = banned.at[jnp.arange(rows)[:, None], following].set(True, mode="drop")
-    return banned.at[:, EOS_ID].set(False)
-
-
 def beam_search(
     decoder: Decoder,
     max_lengths: jax.Array,
@@ -223,53 +180,6 @@ def beam_search(
 
     final = _in_windows(decoder, init, T, loop)
     return final["fin_seqs"][:, :, 1:], final["fin_scores"]
-
-
-def top_log_probs(logits: jax.Array, n: int, at_max: jax.Array, banned: jax.Array | None = None):
-    """The `n` most likely tokens of each row and their log-probabilities, without the
-    full-vocabulary log-softmax: only the normaliser is a pass over [rows, V].
-
-    Exactly `log_probs` followed by `_only_eos_at_max` and top_k on its rows (the same
-    operations on the same values: the shifted top logits minus the log of the same sum), as
-    long as `at_max` rows keep EOS among their best n, which every row does where EOS is the
-    only token left. Args: logits [r, V]; n <= V; at_max bool [r, 1]; banned: None or bool
-    [r, V], tokens whose log-probability is set to NEG after normalising (fairseq's order: the
-    others keep the model's log-probabilities). Returns (log-probs [r, n] float32, tokens
-    [r, n] int32), best first.
-    """
-    logits = logits.astype(jnp.float32)
-    logits = logits.at[..., PAD_ID].set(NEG).at[..., BOS_ID].set(NEG)
-    top = jnp.max(logits, -1, keepdims=True)  # the shift jax.nn.log_softmax uses
-    log_sum = jnp.log(jnp.sum(jnp.exp(logits - top), -1, keepdims=True))
-    if banned is not None:  # after the normaliser, before the top-k
-        logits = jnp.where(banned, NEG, logits)
-    # A row at its maximum length may only end: EOS first, every other token below NEG.
-    eos_only = jnp.where(jnp.arange(logits.shape[-1]) == EOS_ID, logits, 2 * NEG)
-    values, tokens = top_k(jnp.where(at_max, eos_only, logits), n)
-    return (values - top) - log_sum, tokens
-
-
-TOP_K_BLOCK = 128  # vocabulary entries per block in `top_k`
-
-
-def top_k(x: jax.Array, n: int) -> tuple[jax.Array, jax.Array]:
-    """jax.lax.top_k over the last axis of x [r, V], ties to the lower index, found through
-    blocks: the n best entries lie in the n blocks with the best maxima (an entry outside
-    them has n block maxima, other entries, at least as large), so only those n blocks are
-    searched: [r, n * 128] instead of [r, V] (on a CPU, 0.8 ms instead of 5.9 ms for
-    [128, 32000], a tenth of a beam step of the base model). The chosen blocks are taken in
-    vocabulary order, so equal values still come out lower index first."""
-    rows, vocab = x.shape
-    if vocab < 4 * n * TOP_K_BLOCK:  # few blocks: nothing to save
-        return jax.lax.top_k(x, n)
-    blocks = -(-vocab // TOP_K_BLOCK)
-    x = jnp.pad(x, ((0, 0), (0, blocks * TOP_K_BLOCK - vocab)), constant_values=-jnp.inf)
-    x = x.reshape(rows, blocks, TOP_K_BLOCK)
-    chosen = jnp.sort(jax.lax.top_k(jnp.max(x, -1), n)[1], axis=-1)  # [r, n] block numbers
-    candidates = jnp.take_along_axis(x, chosen[:, :, None], axis=1).reshape(rows, -1)
-    values, at = jax.lax.top_k(candidates, n)
-    block = jnp.take_along_axis(chosen, at // TOP_K_BLOCK, axis=1)
-    return values, block * TOP_K_BLOCK + at % TOP_K_BLOCK
 
 
 def _one_row_per_sentence(decoder: Decoder, batch: int, k: int) -> Decoder:

@@ -27,11 +27,13 @@ from tx.config import ConfigError, load_config, model_config
 from tx.data.pipeline import eval_batches
 from tx.data.tokenizer import Tokenizer, run_tokenizer
 from tx.infer.decoders import decoder, ensemble_decoder
-from tx.infer.search import Strategy, max_output_length
+from tx.infer.safeguards import max_output_length
+from tx.infer.search import Strategy
 from tx.model.counting import abstract_params
 from tx.model.families import build_model
 from tx.tokens import EOS_ID, PAD_ID
-from tx.train import checkpoint, sharding
+from tx.train import best, checkpoint, sharding
+from tx.train.averaged import averaged_meta, averaged_steps, restore_averaged
 
 
 class CheckpointNotFound(FileNotFoundError):
@@ -61,11 +63,12 @@ class LoadedModel:
 def load_model(
     cfg: ml_collections.ConfigDict,
     workdir: str,
-    checkpoint_step: int | None = None,
+    checkpoint_step: int | str | None = None,
     averaged: bool | None = None,
 ) -> LoadedModel:
     """Parameters of `workdir`: the newest averaged checkpoint if there is one (unless
-    `averaged=False`), else the latest training checkpoint, or `checkpoint_step` if given.
+    `averaged=False`), else the latest training checkpoint, or `checkpoint_step` if given
+    ("best": the one with the best train.best_metric, tx.train.best).
     Only parameters are read: no optimizer is built.
 
     An averaged model that training has moved past is refused (StaleAverage), not silently
@@ -75,20 +78,24 @@ def load_model(
     mc = model_config(cfg)
     layout = sharding.layout(cfg.mesh)
     target = layout.placed(abstract_params(mc))  # no optimizer built, no memory allocated
-    avg_steps = checkpoint.averaged_steps(workdir)
+    avg_steps = averaged_steps(workdir)
     if checkpoint_step is None and avg_steps and averaged is not False:
         _check_fresh(cfg, workdir, avg_steps[-1])
         try:
-            params, meta = checkpoint.restore_averaged(workdir, avg_steps[-1], target)
+            params, meta = restore_averaged(workdir, avg_steps[-1], target)
         except checkpoint.UnreadableCheckpoint as e:
             raise checkpoint.UnreadableCheckpoint(
                 f"{e}; average again with `python -m tx average --workdir {workdir}`, or choose "
                 "a training checkpoint with --checkpoint STEP"
             ) from None
-        source = f"averaged/{avg_steps[-1]} (steps {meta['averaged_steps']})"
+        how = f"best by {meta['metric']}: " if meta.get("selection") == "best" else ""
+        source = f"averaged/{avg_steps[-1]} ({how}steps {meta['averaged_steps']})"
     else:
         ckpt = checkpoint.Checkpointer(workdir, keep=None)
         step = checkpoint_step if checkpoint_step is not None else ckpt.latest_step()
+        chosen = " (best by " + cfg.train.best_metric + ")" if step == "best" else ""
+        if step == "best":
+            step = _best_step(cfg, ckpt)
         if step is None or step not in ckpt.all_steps():
             raise CheckpointNotFound(
                 f"no checkpoint {'at step ' + str(step) if step is not None else ''} in "
@@ -103,12 +110,33 @@ def load_model(
             ) from None
         finally:
             ckpt.close()
-        source = f"checkpoints/{step}"
+        source = f"checkpoints/{step}{chosen}"
     logging.info("translating with %s", source)
     return LoadedModel(build_model(mc), params, tokenizer, source, layout)
 
 
+def _best_step(cfg: ml_collections.ConfigDict, ckpt: checkpoint.Checkpointer) -> int:
+    metric = cfg.train.best_metric
+    scores = ckpt.scores(metric)
+    if not scores:
+        ckpt.close()
+        raise CheckpointNotFound(
+            f"--checkpoint best: no checkpoint in {ckpt.directory} carries a {metric} score "
+            "(train with train.keep_best > 0)"
+        )
+    return best.ranked(scores, metric)[0]
+
+
 def _check_fresh(cfg: ml_collections.ConfigDict, workdir: str, averaged_step: int) -> None:
+    """An average of the last checkpoints is stale once training has saved a later one; an
+    average of the best ones, once the best ones are others."""
+    try:
+        meta = averaged_meta(workdir, averaged_step)
+    except checkpoint.UnreadableCheckpoint:  # the restore that follows names the damage
+        meta = {}
+    if meta.get("selection") == "best":
+        _check_best_fresh(workdir, averaged_step, meta)
+        return
     ckpt = checkpoint.Checkpointer(workdir, keep=None)
     steps = checkpoint.averaging_steps(
         ckpt.all_steps(), cfg.train.checkpoint_every_steps, cfg.train.num_steps
@@ -120,6 +148,20 @@ def _check_fresh(cfg: ml_collections.ConfigDict, workdir: str, averaged_step: in
             f"has written checkpoints up to step {steps[-1]} since. Average again with "
             f"`python -m tx average --workdir {workdir}` (the last {cfg.decode.average_last}), "
             "or choose one training checkpoint with --checkpoint STEP"
+        )
+
+
+def _check_best_fresh(workdir: str, averaged_step: int, meta: dict) -> None:
+    ckpt = checkpoint.Checkpointer(workdir, keep=None)
+    scores = ckpt.scores(meta["metric"])
+    ckpt.close()
+    now = best.best_steps(scores, meta["metric"], len(meta["averaged_steps"]))
+    if now != meta["averaged_steps"]:
+        raise StaleAverage(
+            f"{os.path.join(wd.averaged_dir(workdir), str(averaged_step))} is stale: it averages "
+            f"the best checkpoints by {meta['metric']} when they were {meta['averaged_steps']}; "
+            f"they are now {now}. Average again with `python -m tx average --workdir {workdir} "
+            "--which best`, or choose one training checkpoint with --checkpoint STEP"
         )
 
 

@@ -1,11 +1,10 @@
-"""Orbax checkpoints: the train state and the data position, saved together, atomically, and
-the store of averaged parameters (computed by tx.train.averaging).
+"""Orbax checkpoints: the train state and the data position, saved together, atomically (the
+store of averaged parameters is tx.train.averaged's).
 
 Layout under the workdir (paths named in tx.workdir):
   checkpoints/<step>/state   TrainState (params, optimizer state, step, rng), sharded arrays
-  checkpoints/<step>/data    the data position {"epoch": e, "batch": b} as JSON
-  averaged/<step>/params     parameters averaged over the last N checkpoints (tx average)
-  averaged/<step>/meta       {"averaged_steps": [...]} as JSON
+  checkpoints/<step>/data    the data position {"epoch": e, "batch": b} as JSON, and the
+                             dev score when one was taken at that step ({"score": {metric: v}})
 Orbax writes each step under a temporary name and renames it when complete, so a run killed
 mid-save leaves the previous checkpoints intact and the partial one is ignored.
 
@@ -22,7 +21,8 @@ Two kinds of training checkpoint share `checkpoints/`: those written every
 `train.checkpoint_every_steps` steps (and at the last step) are the ones averaged, at the same
 step spacing on any hardware (the paper: every 10 minutes at its 0.4 s/step, i.e. 1,500 steps);
 the time-based ones (`train.checkpoint_every_secs`, SIGTERM) are only for resuming, and only
-the newest of them is kept.
+the newest of them is kept. With `keep_best` (tx.train.best), the best-scoring checkpoints are
+kept too, whatever their kind or age.
 """
 
 from __future__ import annotations
@@ -31,7 +31,6 @@ import contextlib
 import json
 import logging
 import os
-import shutil
 import threading
 
 import jax
@@ -45,17 +44,18 @@ import orbax.checkpoint as ocp
 from orbax.checkpoint._src.futures import future as ocp_future
 
 from tx import workdir as wd
+from tx.train import best
 from tx.train.distributed import all_true, barrier, process_lost
 
 DAMAGED_SUFFIX = ".damaged"
-STAGING = ".staging"  # averaged/.staging/<step>: an average being written
+SCORE_KEY = "score"  # in a checkpoint's data item: {metric: value} of a dev evaluation
 
 
 class UnreadableCheckpoint(RuntimeError):
     """A checkpoint that cannot be restored; the message names it and says why."""
 
 
-def _why(e: BaseException) -> str:
+def why_unreadable(e: BaseException) -> str:
     """One line saying why a read failed: TensorStore errors run to kilobytes of JSON."""
     lines = str(e).strip().splitlines()
     text = f"{type(e).__name__}: {lines[0] if lines else ''}"
@@ -63,14 +63,14 @@ def _why(e: BaseException) -> str:
 
 
 @contextlib.contextmanager
-def _reading(path: str):
+def reading(path: str):
     """Any failure while restoring `path` becomes an UnreadableCheckpoint naming it."""
     try:
         yield
     except UnreadableCheckpoint:
         raise
     except Exception as e:  # noqa: BLE001 - Orbax and TensorStore raise many kinds for bad files
-        raise UnreadableCheckpoint(f"{path} cannot be restored ({_why(e)})") from e
+        raise UnreadableCheckpoint(f"{path} cannot be restored ({why_unreadable(e)})") from e
 
 
 def check_files(path: str, items: dict[str, str]) -> None:
@@ -79,7 +79,7 @@ def check_files(path: str, items: dict[str, str]) -> None:
     TensorStore error. `items` maps each item to its kind: "tree" (arrays) or "json"."""
     for item, kind in items.items():
         name = "_METADATA" if kind == "tree" else "metadata"
-        metadata = _read_json(path, os.path.join(item, name))
+        metadata = read_json(path, os.path.join(item, name))
         if kind == "tree" and metadata.get("use_ocdbt", False):
             manifest = os.path.join(path, item, "manifest.ocdbt")
             if not os.path.isfile(manifest) or os.path.getsize(manifest) == 0:
@@ -88,7 +88,7 @@ def check_files(path: str, items: dict[str, str]) -> None:
                 )
 
 
-def _read_json(path: str, name: str) -> dict:
+def read_json(path: str, name: str) -> dict:
     try:
         with open(os.path.join(path, name), "rb") as f:
             value = json.loads(f.read().decode("utf-8"))
@@ -99,6 +99,18 @@ def _read_json(path: str, name: str) -> dict:
     if not isinstance(value, dict):
         raise UnreadableCheckpoint(f"{path} cannot be restored ({name} is not a JSON object)")
     return value
+
+
+def _saved_score(path: str) -> dict:
+    """The score a checkpoint's data item carries ({} if none, or if it cannot be read)."""
+    try:
+        score = read_json(path, os.path.join("data", "metadata")).get(SCORE_KEY, {})
+    except UnreadableCheckpoint as e:
+        logging.warning("%s: its dev score is not counted", e)
+        return {}
+    if not isinstance(score, dict):
+        return {}
+    return {k: v for k, v in score.items() if isinstance(v, (int, float)) and v == v}
 
 
 def _manager(directory: str, async_save: bool = True) -> ocp.CheckpointManager:
@@ -124,8 +136,9 @@ def averaging_steps(steps: list[int], every: int, final_step: int | None = None)
 class Checkpointer:
     """Saves and restores (state, data position) in `workdir/checkpoints`.
 
-    Keeps the last `keep` averaging checkpoints (see `averaging_steps`) and the newest
-    checkpoint whatever its kind; `keep=None` deletes nothing.
+    Keeps the last `keep` averaging checkpoints (see `averaging_steps`), the newest checkpoint
+    whatever its kind, and the `keep_best` best by `best_metric` (tx.train.best); `keep=None`
+    deletes nothing.
     """
 
     def __init__(
@@ -135,12 +148,16 @@ class Checkpointer:
         async_save: bool = True,
         every_steps: int = 0,
         final_step: int | None = None,
+        keep_best: int = 0,
+        best_metric: str = "dev_bleu",
     ):
         self.directory = wd.checkpoints_dir(workdir)
         self.keep, self.every_steps, self.final_step = keep, every_steps, final_step
+        self.keep_best, self.best_metric = keep_best, best_metric
         self.async_save = async_save
         self.manager = _manager(self.directory, async_save)
         self._pending = None  # the step whose save may still be running
+        self._scores = {}  # step -> its data item's "score" ({} when none), read once
 
     def latest_step(self) -> int | None:
         return self.manager.latest_step()
@@ -148,23 +165,26 @@ class Checkpointer:
     def all_steps(self) -> list[int]:
         return sorted(self.manager.all_steps())
 
-    def save(self, step: int, state, data_position: dict) -> None:
-        """Starts an (asynchronous) save; `wait()` blocks until it is on disk.
+    def save(self, step: int, state, data_position: dict, score: dict | None = None) -> None:
+        """Starts an (asynchronous) save; `wait()` blocks until it is on disk. `score`
+        ({metric: value}, the dev evaluation of this very state) is saved with it.
 
         A save that fails (a full disk, say) raises tx.workdir.WriteFailed naming its checkpoint,
         here or from the next `save` / `wait`; Orbax writes under a temporary name, so nothing
         partial is ever a step, and the checkpoints before it are intact.
         """
         self.wait()  # the previous save's failure is reported as its own
+        data = dict(data_position) | ({SCORE_KEY: dict(score)} if score else {})
         with self._writing(step):
             self.manager.save(
                 step,
                 args=ocp.args.Composite(
-                    state=ocp.args.StandardSave(state), data=ocp.args.JsonSave(dict(data_position))
+                    state=ocp.args.StandardSave(state), data=ocp.args.JsonSave(data)
                 ),
                 force=True,
             )
         self._pending = step
+        self._scores[step] = dict(score or {})
 
     @contextlib.contextmanager
     def _writing(self, step: int):
@@ -175,7 +195,7 @@ class Checkpointer:
                 raise lost from e
             self._renew_manager()
             raise wd.WriteFailed(
-                f"checkpoint {self.path(step)} was not written ({_why(e)}); "
+                f"checkpoint {self.path(step)} was not written ({why_unreadable(e)}); "
                 "the checkpoints before it are intact"
             ) from e
 
@@ -206,12 +226,29 @@ class Checkpointer:
             return
         kept = set(averaging_steps(steps, self.every_steps, self.final_step)[-self.keep :])
         kept.add(steps[-1])
+        if self.keep_best:
+            kept.update(best.best_steps(self.scores(), self.best_metric, self.keep_best))
         for step in steps:
             if step not in kept:
                 self.manager.delete(step)
 
     def path(self, step: int) -> str:
         return os.path.join(self.directory, str(step))
+
+    def scores(self, metric: str | None = None) -> dict[int, float]:
+        """{step: value of `metric` (default best_metric)} of the checkpoints that carry one.
+
+        Only the small data item of each checkpoint is read, once. A checkpoint whose data
+        item cannot be read has no score here (its restore will name the damage)."""
+        metric = metric or self.best_metric
+        for step in self.all_steps():
+            if step not in self._scores:
+                self._scores[step] = _saved_score(self.path(step))
+        return {
+            step: float(self._scores[step][metric])
+            for step in self.all_steps()
+            if metric in self._scores[step]
+        }
 
     def restore(self, step: int, abstract_state):
         """(state, data position) of `step`, laid out as `abstract_state`'s shardings say.
@@ -220,14 +257,16 @@ class Checkpointer:
         written on one mesh restores onto another. UnreadableCheckpoint if it cannot be read.
         """
         check_files(self.path(step), {"state": "tree", "data": "json"})
-        with _reading(self.path(step)):
+        with reading(self.path(step)):
             restored = self.manager.restore(
                 step,
                 args=ocp.args.Composite(
                     state=ocp.args.StandardRestore(abstract_state), data=ocp.args.JsonRestore()
                 ),
             )
-            return restored["state"], dict(restored["data"])
+            data = dict(restored["data"])
+            data.pop(SCORE_KEY, None)  # the rest is the data position
+            return restored["state"], data
 
     def restore_newest(self, abstract_state):
         """(step, state, data position) of the newest checkpoint that restores, or None if
@@ -272,7 +311,7 @@ class Checkpointer:
         state is not read (inference and averaging need no optimizer)."""
         item = {"params": abstract_params}
         check_files(self.path(step), {"state": "tree"})
-        with _reading(self.path(step)):
+        with reading(self.path(step)):
             restored = ocp.PyTreeCheckpointer().restore(
                 os.path.join(os.path.abspath(self.path(step)), "state"),
                 args=ocp.args.PyTreeRestore(
@@ -288,48 +327,6 @@ class Checkpointer:
             self.wait()
         finally:
             self.manager.close()
-
-
-def save_params(workdir: str, step: int, params, sources: list[int]) -> str:
-    """Writes averaged parameters as `workdir/averaged/<step>` and returns that path.
-
-    They are written whole under `averaged/.staging/` (not a step) and then renamed into
-    place, so a write that fails (tx.workdir.WriteFailed) leaves an earlier `averaged/<step>` as
-    it was.
-    """
-    final = os.path.join(wd.averaged_dir(workdir), str(step))
-    staging = os.path.join(wd.averaged_dir(workdir), STAGING)
-    if jax.process_index() == 0:  # left by an earlier attempt that failed: ours to remove
-        shutil.rmtree(os.path.join(staging, str(step)), ignore_errors=True)
-    barrier("tx-average-staging")
-    manager = ocp.CheckpointManager(
-        os.path.abspath(staging),
-        options=ocp.CheckpointManagerOptions(
-            max_to_keep=None, create=True, enable_async_checkpointing=False
-        ),
-        item_names=("params", "meta"),
-    )
-    try:
-        manager.save(
-            step,
-            args=ocp.args.Composite(
-                params=ocp.args.StandardSave(params),
-                meta=ocp.args.JsonSave({"averaged_steps": sources}),
-            ),
-            force=True,
-        )
-        manager.wait_until_finished()
-    except Exception as e:  # noqa: BLE001 - TensorStore reports a full disk as ValueError
-        raise wd.WriteFailed(
-            f"averaged checkpoint {final} was not written ({_why(e)}); "
-            "any earlier one there is intact"
-        ) from e
-    finally:
-        manager.close()
-    if jax.process_index() == 0:
-        _replace_dir(os.path.join(staging, str(step)), final)
-    barrier("tx-average-placed")
-    return final
 
 
 # Bounds the wait for a failed save's other writes; each is one file of one checkpoint.
@@ -353,44 +350,3 @@ def _join_commit_threads() -> None:
                     f"a failed checkpoint write ({thread.name}) was still running after "
                     f"{COMMIT_JOIN_TIMEOUT_SECS:.0f} s"
                 )
-
-
-def _replace_dir(new: str, final: str) -> None:
-    """Moves the directory `new` to `final`, replacing what is there (two renames: there is no
-    atomic swap of non-empty directories)."""
-    old = final + ".replaced"
-    shutil.rmtree(old, ignore_errors=True)
-    if os.path.exists(final):
-        os.rename(final, old)
-    os.rename(new, final)
-    shutil.rmtree(old, ignore_errors=True)
-
-
-def averaged_steps(workdir: str) -> list[int]:
-    path = wd.averaged_dir(workdir)
-    if not os.path.isdir(path):
-        return []
-    manager = _manager_read(path, ("params", "meta"))
-    return sorted(manager.all_steps())
-
-
-def _manager_read(path: str, items) -> ocp.CheckpointManager:
-    return ocp.CheckpointManager(
-        os.path.abspath(path),
-        options=ocp.CheckpointManagerOptions(create=False, read_only=True),
-        item_names=items,
-    )
-
-
-def restore_averaged(workdir: str, step: int, abstract_params):
-    path = os.path.join(wd.averaged_dir(workdir), str(step))
-    check_files(path, {"params": "tree", "meta": "json"})
-    manager = _manager_read(wd.averaged_dir(workdir), ("params", "meta"))
-    with _reading(path):
-        restored = manager.restore(
-            step,
-            args=ocp.args.Composite(
-                params=ocp.args.StandardRestore(abstract_params), meta=ocp.args.JsonRestore()
-            ),
-        )
-        return restored["params"], dict(restored["meta"])

@@ -5,7 +5,10 @@
 On start the latest checkpoint in `workdir` that can be read is restored (state and data
 position) onto the current mesh, whatever mesh wrote it; unreadable newer ones are set aside
 (tx.train.checkpoint). SIGTERM / SIGINT save a checkpoint and return; a
-non-finite loss raises `Diverged` naming the step, leaving earlier checkpoints intact.
+non-finite loss raises `Diverged` naming the step, leaving earlier checkpoints intact. With
+`train.keep_best`, each dev evaluation of `train.best_metric` is saved with its checkpoint and
+training stops early after `train.early_stopping_patience` evaluations without a better one
+(tx.train.best).
 The steps themselves are tx.train.trainer's; the paths and checks of the workdir, tx.workdir's.
 """
 
@@ -30,7 +33,7 @@ from tx.data.pipeline import POSITION_KEY, BatchSpec, PlannedBatch, eval_batches
 from tx.data.token_cache import TokenizedSplit
 from tx.data.tokenizer import check_vocabulary
 from tx.model.counting import train_flops_per_step
-from tx.train import runcard, runlock
+from tx.train import best, runcard, runlock
 from tx.train import trainer as trainer_lib
 from tx.train.checkpoint import Checkpointer
 from tx.train.distributed import barrier, process_lost
@@ -92,6 +95,8 @@ class _Run:
     bleu_hook: Callable[[object], dict] | None
     card: Segment  # this invocation's entry in the run card
     peak: float  # TFLOP/s of one device, for MFU
+    criterion: best.Criterion | None  # keeping the best checkpoints by a dev score
+    deadline: float | None  # time.monotonic() at which train.max_minutes runs out
 
 
 def evaluate_loss(trainer, eval_fn, params, ids: TokenizedSplit, data, spec: BatchSpec) -> dict:
@@ -136,12 +141,22 @@ def train(
 def _train(cfg: ml_collections.ConfigDict, workdir: str, progress_stream, bleu_hook) -> dict:
     t = cfg.train
     wd.check_config(cfg, workdir)
+    deadline = time.monotonic() + 60 * t.max_minutes if t.max_minutes else None
     started = time.time()
     tokenizer = prepare_data(cfg, workdir)
     prepare_secs = time.time() - started
     check_vocabulary(workdir, tokenizer)
     trainer = trainer_lib.build(cfg)
-    ckpt = Checkpointer(workdir, t.keep_checkpoints, True, t.checkpoint_every_steps, t.num_steps)
+    criterion = best.Criterion.from_config(t)
+    ckpt = Checkpointer(
+        workdir,
+        t.keep_checkpoints,
+        True,
+        t.checkpoint_every_steps,
+        t.num_steps,
+        keep_best=criterion.keep if criterion else 0,
+        best_metric=criterion.metric if criterion else "dev_bleu",
+    )
     state, position = _restore_or_init(trainer, ckpt, t.seed)
     peak = peak_tflops(configured=t.peak_tflops)
     card = Segment(cfg, workdir, int(state.step), peak)
@@ -161,7 +176,20 @@ def _train(cfg: ml_collections.ConfigDict, workdir: str, progress_stream, bleu_h
     card.note(data=runcard.data_record(cfg.data, tokenizer, splits))
     card.entry["prepare_secs"] = round(prepare_secs, 3)
     summaries = Summaries(wd.tensorboard_dir(workdir), is_main())
-    run = _Run(cfg, trainer, ckpt, spec, progress, summaries, dev, bleu_hook, card, peak)
+    run = _Run(
+        cfg,
+        trainer,
+        ckpt,
+        spec,
+        progress,
+        summaries,
+        dev,
+        bleu_hook,
+        card,
+        peak,
+        criterion,
+        deadline,
+    )
     lost = None
     try:
         return _loop(run, state, stream)
@@ -208,6 +236,8 @@ def _loop(run: _Run, state, stream) -> dict:
     started = last_save = time.monotonic()
     last = {}
     window = _Window(lambda s, g, ls, lt: train_flops_per_step(mc, s, g, ls, lt))
+    if _stopped_early(run, step):  # a finished run started again: nothing to do
+        return {"step": step}
     with StopSignal() as stop:
         while step < t.num_steps:
             local = next(batches)
@@ -217,29 +247,69 @@ def _loop(run: _Run, state, stream) -> dict:
             window.add(step, metrics, (local["inputs"].shape[1], local["targets"].shape[1]))
             if step % t.log_every_steps == 0 or step == t.num_steps:
                 last = _report(window, throughput, run.progress, run.summaries, step)
+            evaluated = {}
             if t.eval_every_steps and run.dev is not None and step % t.eval_every_steps == 0:
                 window.check()
-                dev = _dev_eval(run, eval_fn, state, step)
-                last.update(dev)
-                run.card.note(dev={"step": step, **{k: round(v, 6) for k, v in dev.items()}})
+                evaluated.update(_dev_eval(run, eval_fn, state, step))
+                run.card.note(dev={"step": step, **{k: round(v, 6) for k, v in evaluated.items()}})
             if run.bleu_hook and t.eval_bleu_every_steps and step % t.eval_bleu_every_steps == 0:
                 window.check()
-                last.update(_dev_bleu(run, state, step))
+                evaluated.update(_dev_bleu(run, state, step))
+            last.update(evaluated)
+            score = _score(run.criterion, evaluated)
             due = (t.checkpoint_every_steps and step % t.checkpoint_every_steps == 0) or (
                 t.checkpoint_every_secs and time.monotonic() - last_save >= t.checkpoint_every_secs
             )
-            stopping, due = _sync_flags(stop.received is not None, bool(due))
+            out_of_time = run.deadline is not None and time.monotonic() >= run.deadline
+            stopping, due = _sync_flags(
+                stop.received is not None or out_of_time, bool(due or score)
+            )
             if due or stopping or step == t.num_steps:
                 window.check()  # never save a state after a non-finite step
-                run.ckpt.save(step, state, position)
+                run.ckpt.save(step, state, position, score)
                 last_save = time.monotonic()
                 run.card.update(step, last_save - started, *window.totals())
             if stopping:
-                run.progress.message(f"tx: {stop.received or 'stop'} received: saved step {step}")
+                why = f"{stop.received or 'stop'} received"
+                why = f"train.max_minutes={t.max_minutes} reached" if out_of_time else why
+                run.progress.message(f"tx: {why}: saved step {step}")
+                break
+            if score and _stopped_early(run, step):
                 break
     window.check()
     run.ckpt.wait()
     return {**last, "step": step}
+
+
+def _score(criterion: best.Criterion | None, evaluated: dict) -> dict | None:
+    """{metric: value} to save with this step's checkpoint, when the criterion's metric was
+    evaluated at this step."""
+    if criterion is None or criterion.metric not in evaluated:
+        return None
+    return {criterion.metric: float(evaluated[criterion.metric])}
+
+
+def _stopped_early(run: _Run, step: int) -> bool:
+    """Whether `train.early_stopping_patience` evaluations in a row (up to `step`) have not
+    beaten the best; if so, says so and records it in the run card. The same answer on every
+    process: the scores are the checkpoints' own."""
+    c = run.criterion
+    if c is None or not c.patience:
+        return False
+    scores = run.ckpt.scores()
+    since = best.evaluations_since_best(scores, c.metric, step, c.every)
+    if since < c.patience:
+        return False
+    top = best.ranked(scores, c.metric)[0]
+    run.progress.message(
+        f"tx: early stop at step {step}: {c.metric} has not improved for {since} evaluations "
+        f"(train.early_stopping_patience={c.patience}); best {scores[top]:.4g} at step {top}"
+    )
+    run.card.note(
+        early_stop={"step": step, "metric": c.metric, "best_step": top, "best": scores[top]}
+    )
+    run.card.flush()
+    return True
 
 
 def _take_position(local: dict) -> dict:

@@ -209,6 +209,10 @@ class Segment:
         """Top-level entries (e.g. the last dev evaluation), written with the next update."""
         self.card.update(items)
 
+    def flush(self) -> None:
+        """Writes the notes now (the run is ending without another checkpoint)."""
+        _save(self.workdir, self.card)
+
     def update(self, step: int, wall_secs: float, src: float, tgt: float, flops: float):
         """Totals of this segment up to `step` (a step that has just been checkpointed)."""
         self.entry.update(
@@ -271,9 +275,11 @@ def record(workdir: str, key: str, value) -> None:
     _save(workdir, card)
 
 
-def record_average(workdir: str, path: str, steps: list[int]) -> None:
-    """`average`: which checkpoints went into the averaged parameters."""
-    record(workdir, "average", {"path": path, "steps": list(steps), "time": _now()})
+def record_average(workdir: str, path: str, steps: list[int], how: dict | None = None) -> None:
+    """`average`: which checkpoints went into the averaged parameters, and (`how`) how they
+    were chosen when not the last ones: {"best_by": metric, "scores": {step: value}}."""
+    entry = {"path": path, "steps": list(steps), **(how or {}), "time": _now()}
+    record(workdir, "average", entry)
 
 
 def record_scores(workdir: str, split: str, scores: dict) -> None:
