@@ -154,19 +154,17 @@ def main() -> None:
         print(json.dumps(rows[-1]))
     with open(os.path.join(args.corpus, "SOURCES.json")) as f:
         corpus = {k: v for k, v in json.load(f).items() if k in ("pair", "built_by", "splits")}
-    corpus["copy_source_test_bleu"] = round(copy_bleu(args.corpus, args.src, args.tgt), 2)
+    corpus["copy_source_test_bleu"] = round(copy_bleu(args.run), 2)
     save("small_recipe", {"corpus": corpus, "log": log, "budgets": rows})
 
 
-def copy_bleu(corpus: str, src: str, tgt: str) -> float:
-    """sacreBLEU of "translating" the test set by copying its source: the floor to beat."""
-    from tx.eval.metrics import sacrebleu_scores
+def copy_bleu(run: str) -> float:
+    """sacreBLEU of "translating" the test set by copying its source: the floor to beat
+    (tx.eval.evaluate.copy_baseline, on the run's own config)."""
+    from tx.config import load_config
+    from tx.eval.evaluate import copy_baseline
 
-    def lines(lang):
-        with open(os.path.join(corpus, f"test.{lang}"), encoding="utf-8") as f:
-            return f.read().splitlines()
-
-    return sacrebleu_scores(lines(src), lines(tgt))["bleu"]
+    return copy_baseline(load_config(os.path.join(run, "config.json")), "test")["bleu"]
 
 
 if __name__ == "__main__":
