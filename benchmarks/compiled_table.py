@@ -23,6 +23,7 @@ import argparse
 import datetime
 import json
 import os
+import subprocess
 import sys
 import time
 
@@ -73,7 +74,17 @@ def compile_pair(config: str, slice_name: str) -> dict:
         "layouts": rows,
         "compile_secs": round(time.time() - started, 1),
         "date": datetime.date.today().isoformat(),
+        "commit": _commit(),
     }
+
+
+def _commit() -> str:
+    """The code compiled (a pair compiled before a change to the model keeps its own)."""
+    res = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+    )
+    dirty = subprocess.run(["git", "diff", "--quiet", "HEAD", "--", "tx"], cwd=ROOT).returncode
+    return res.stdout.strip() + ("+changes" if dirty else "") if res.returncode == 0 else "?"
 
 
 def table(results: dict) -> str:
@@ -87,9 +98,14 @@ def table(results: dict) -> str:
         "at the paper's 25k-token budget), bf16 as the configs set it. MFU ceiling: the model's",
         "FLOPs over the chips' dense bf16 peak in the estimated step time.",
         "",
+        "Each row's code is the commit it was compiled at: a row compiled before a change",
+        "to the model is that code's estimate (`--again` recompiles). Fused attention: the",
+        "attention kernels in the compiled step (the splash kernel on TPUs since 2026-12-02;",
+        "0 or - : every attention in XLA's own ops).",
+        "",
         "| config | slice | chips | best layout | HBM per chip (GB) | of the chip's | step (ms) "
-        "| MFU ceiling | paper's run (h) |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| MFU ceiling | paper's run (h) | fused attention | compiled at |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for key in sorted(results["entries"]):
         e = results["entries"][key]
@@ -99,7 +115,8 @@ def table(results: dict) -> str:
         if not b.get("fits"):
             lines.append(
                 f"| {e['config']} | {e['slice']} | {b.get('devices', '?')} | none fits | "
-                f"{(b.get('hbm_bytes_per_chip') or 0) / 1e9:.1f} | - | - | - | - |"
+                f"{(b.get('hbm_bytes_per_chip') or 0) / 1e9:.1f} | - | - | - | - | - | "
+                f"{_compiled_at(e)} |"
             )
             continue
         step = b.get("step_seconds")
@@ -113,13 +130,18 @@ def table(results: dict) -> str:
                 if step
                 else f"- | - | - ({b.get('step_source')}) |"
             )
+            + f" {b.get('attention_kernel_calls', '-')} | {_compiled_at(e)} |"
         )
     lines += ["", "Every layout compiled, per pair:", ""]
     for key in sorted(results["entries"]):
         e = results["entries"][key]
-        lines.append(f"- {e['config']} on {e['slice']} ({e['topology']}, {e['date']}):")
+        lines.append(f"- {e['config']} on {e['slice']} ({e['topology']}, {_compiled_at(e)}):")
         lines += [f"  - {describe(r)}" for r in e["layouts"]]
     return "\n".join(lines) + "\n"
+
+
+def _compiled_at(entry: dict) -> str:
+    return f"{entry['date']}, {entry.get('commit', 'before splash')}"
 
 
 def main() -> None:

@@ -35,8 +35,9 @@ def get_config():
         max_len=1024,  # size of the learned position table (unused for sinusoids)
         pre_ln=False,  # the paper is post-LN; pre-LN is the later, more stable variant
         layer_norm_epsilon=1e-6,
-        # "auto": cuDNN flash attention on GPUs (bf16/fp16), XLA's elsewhere; "explicit" forms
-        # the weights (always so for attention dropout, drawn maps and d_k != d_v).
+        # "auto": the splash kernel on TPUs (lengths in 128s), cuDNN flash attention on GPUs
+        # (bf16/fp16), XLA's elsewhere; "explicit" forms the weights (always so for attention
+        # dropout, drawn maps and d_k != d_v).
         attention_impl="auto",
         # Compute dtype; parameters and Adam's moments stay float32, products accumulate in
         # float32. bf16 on GPUs and TPUs; also on CPUs with bf16 units: on a 2-core CPU with

@@ -118,14 +118,19 @@ def test_tiny_compiles_for_a_tpu_slice_on_this_cpu(tiny):
     env = dict(
         os.environ, PYTHONPATH=os.pathsep.join([str(LIBTPU), os.environ.get("PYTHONPATH", "")])
     )
+    # Rows of 128 packed tokens: the lengths the splash kernel's blocks tile (tx.model.splash).
     res = subprocess.run(
         [sys.executable, "-m", "tx", "compile", "--config", tiny.path, "--topology", "v5e:2x2",
-         "--json"],
+         "--config.data.max_len=128", "--config.data.bucket_lengths=(32,64,128)", "--json"],
         capture_output=True, text=True, timeout=600, env=env,
     )  # fmt: skip
     assert res.returncode == 0, res.stderr[-3000:]
     (row,) = json.loads(res.stdout)["layouts"]
     params = param_counts(model_config(tiny()))["params"]
+    # Every attention (encoder, decoder, cross) of each layer through the kernel, once forward
+    # and once backward (its fused backward kernel).
+    assert row["batch"]["length"] == 128
+    assert row["attention_kernel_calls"] == 2 * 3 * tiny().model.num_layers
     assert row["device_kind"] == "TPU v5 lite" and row["chip"] == "v5e" and row["devices"] == 4
     assert row["per_device_bytes"]["params"] >= 4 * params  # float32, replicated over data
     assert row["fits"] and "optimal_seconds" in row["step_source"] and row["step_seconds"] > 0

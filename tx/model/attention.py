@@ -21,7 +21,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import linen as nn
 
-from tx.model.layers import Dtype, at_least_float32, constrain
+from tx.model import splash
+from tx.model.layers import Dtype, at_least_float32, constrain, target_platform
 
 Array = jax.Array
 
@@ -125,8 +126,10 @@ def dot_product_attention(
 #             drawn maps (tx.infer.attention_maps), d_k != d_v, float64 tests
 #   xla       jax.nn.dot_product_attention's XLA path (any platform)
 #   cudnn     jax.nn.dot_product_attention's cuDNN flash attention (GPU, bf16/fp16)
-#   auto      cudnn where it applies, else xla; explicit wherever only it can do the job
-ATTENTION_IMPLS = ("auto", "explicit", "xla", "cudnn")
+#   splash    the Pallas splash kernel (tx.model.splash; TPU, lengths in 128s, else xla); on
+#             other platforms Pallas' interpreter runs it (slow: for tests)
+#   auto      cudnn or splash where they apply, else xla; explicit wherever only it can do the job
+ATTENTION_IMPLS = ("auto", "explicit", "xla", "cudnn", "splash")
 
 
 def attention_impl(requested: str, dtype, d_k: int, d_v: int, platform: str) -> str:
@@ -140,6 +143,8 @@ def attention_impl(requested: str, dtype, d_k: int, d_v: int, platform: str) -> 
         return "explicit"
     if requested != "auto":
         return requested
+    if platform == "tpu":
+        return "splash"
     fused_ok = jnp.dtype(dtype) in (jnp.bfloat16, jnp.float16) and d_k % 8 == 0 and d_k <= 128
     return "cudnn" if platform == "gpu" and fused_ok else "xla"
 
@@ -149,13 +154,16 @@ class Masking(NamedTuple):
 
     mask: bool [b, 1, q, k] (every implementation can use it: packed rows need it);
     lengths: (query lengths [b], key lengths [b]) int32 when every row is one sequence padded
-    at its end, else None; causal: queries see no later key. `lengths` and `causal` together
-    say what `mask` says for the real queries (padding queries are never read).
+    at its end, else None; causal: queries see no later key; segments: (query ids [b, q], key
+    ids [b, k]) int, a query seeing the keys of its id, 0 = padding (splash's form). `lengths`
+    or `segments` with `causal` say what `mask` says for the real queries (padding queries are
+    never read).
     """
 
     mask: Array | None
     lengths: tuple[Array, Array] | None = None
     causal: bool = False
+    segments: tuple[Array, Array] | None = None
 
 
 def fused_attention(query, key, value, masking: Masking, implementation: str) -> Array:
@@ -197,6 +205,12 @@ def _per_sentence(query: Array, key_rows: int) -> Array:
     if rows == key_rows:
         return query
     return query.reshape(key_rows, (rows // key_rows) * query.shape[1], *query.shape[2:])
+
+
+def _splash_fits(query: Array, key: Array, masking: Masking) -> bool:
+    """Whether splash can compute this attention: its segment ids are given and its blocks
+    tile the lengths (shorter buckets take XLA's path)."""
+    return masking.segments is not None and splash.applies(query.shape[1], key.shape[1])
 
 
 def _per_row(weights: Array, rows: int, length: int) -> Array:
@@ -302,6 +316,11 @@ class MultiHeadAttention(nn.Module):
             weights = attention_weights(query, key, masking.mask, incremental)  # [b, h, q, k]
             self.sow("intermediates", "attention_weights", _per_row(weights, rows, length))
             out = attend(weights, value, dropout_rng, self.dropout_rate, incremental)
+        elif self.implementation == "splash" and _splash_fits(query, key, masking):
+            interpret = target_platform() != "tpu"
+            out = splash.splash_attention(
+                query, key, value, masking.segments, masking.causal, interpret
+            )
         else:
             # cuDNN's fast masks are lengths; packed rows and search steps take the XLA path.
             fast = self.implementation == "cudnn" and masking.lengths is not None

@@ -39,17 +39,32 @@ def constrain(x: Array, names: tuple[str | None, ...]) -> Array:
     return nn.with_logical_constraint(x, names)
 
 
-class Dropout(nn.Module):
-    """Inverted dropout that draws one 32-bit random word per two elements.
+def target_platform() -> str:
+    """The platform being traced for: that of the devices of the mesh in context (`with
+    mesh:`, as tx.train.trainer traces its steps; a TPU slice compiled deviceless on a CPU host
+    is "tpu"), else JAX's default backend."""
+    from jax._src import mesh as mesh_lib  # where `with mesh:` is recorded
 
-    Each element gets 16 random bits and is dropped when they fall below
-    round(rate * 2^16): the rate is kept to within 2^-17 (0.1 -> 6554 / 65536 = 0.1000061),
+    physical = mesh_lib.thread_resources.env.physical_mesh
+    return jax.default_backend() if physical.empty else physical.devices.flat[0].platform
+
+
+class Dropout(nn.Module):
+    """Inverted dropout: an element is dropped when 16 random bits fall below
+    round(rate * 2^16); the rate is kept to within 2^-17 (0.1 -> 6554 / 65536 = 0.1000061),
     and kept values are scaled by 1 / (1 - that rate), so the expected output is the input
-    exactly. Random bits are the cost of dropout on a CPU (about a tenth of the base model's
-    training step at 32 bits per element, as flax.linen.Dropout draws them); this halves it.
-    Word j of a row gives elements 2j (low half) and 2j + 1 (high half); JAX's
-    partitionable threefry makes the words a function of their global position, so the masks
-    are the same on any mesh.
+    exactly.
+
+    How the bits are drawn depends on the platform traced for (`target_platform`). On a CPU,
+    random bits are the cost of dropout (about a tenth of the base model's training step at
+    32 bits per element, as flax.linen.Dropout draws them), so one 32-bit word serves two
+    elements: word j of a row gives elements 2j (low half) and 2j + 1 (high half). On a TPU
+    drawing is cheap but that split is not: reading a word as two halves is a relayout (a
+    trailing axis of 2 across the vector lanes), which cost base's step 4 GB of HBM traffic on
+    v5p (docs/accelerators.md); there each element takes the high 16 bits of a word of its
+    own, drawn inside the consumer's fusion. Either way JAX's partitionable threefry makes the
+    words a function of their global position, so the masks are the same on any mesh of one
+    platform.
     """
 
     rate: float
@@ -61,7 +76,9 @@ class Dropout(nn.Module):
         threshold = round(self.rate * 65536)
         rng = self.make_rng("dropout")
         *lead, width = x.shape
-        if width % 2:
+        if target_platform() == "tpu":
+            keep = jax.random.bits(rng, x.shape, jnp.uint32) >= np.uint32(threshold << 16)
+        elif width % 2:
             keep = jax.random.bernoulli(rng, 1.0 - threshold / 65536, x.shape)
         else:
             words = jax.random.bits(rng, (*lead, width // 2), jnp.uint32)

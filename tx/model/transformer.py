@@ -17,7 +17,15 @@ import jax.numpy as jnp
 from flax import linen as nn
 
 from tx.model.attention import Masking, MultiHeadAttention, attention_impl
-from tx.model.layers import Dropout, Embed, FeedForward, LayerNorm, PositionEmbedding, constrain
+from tx.model.layers import (
+    Dropout,
+    Embed,
+    FeedForward,
+    LayerNorm,
+    PositionEmbedding,
+    constrain,
+    target_platform,
+)
 from tx.model.shell import shift_right
 from tx.model.transformer_config import ModelConfig
 from tx.tokens import PAD_ID
@@ -64,7 +72,8 @@ class _SubLayer(nn.Module):
 
 
 def _attention(c: ModelConfig, name: str) -> MultiHeadAttention:
-    impl = attention_impl(c.attention_impl, c.compute_dtype, c.d_k, c.d_v, jax.default_backend())
+    # The platform traced for: a TPU slice compiled on a CPU host gets the TPU's kernels.
+    impl = attention_impl(c.attention_impl, c.compute_dtype, c.d_k, c.d_v, target_platform())
     return MultiHeadAttention(
         c.num_heads,
         c.d_k,
@@ -273,7 +282,7 @@ class Transformer(nn.Module):
         if inputs_segments is None:  # one sentence per row, padded at its end
             n = _lengths(segments)
             lengths = (n, n)
-        masking = Masking(attention_mask(segments, segments), lengths)
+        masking = Masking(attention_mask(segments, segments), lengths, segments=(segments,) * 2)
         return self.encoder(inputs, masking, positions, deterministic=deterministic)
 
     def decode(
@@ -318,8 +327,14 @@ class Transformer(nn.Module):
             positions = targets_positions
             decoder_inputs = shift_right(targets, targets_positions)
             self_segments = tgt_segments
-        self_mask = Masking(attention_mask(self_segments, self_segments, causal=True), causal=True)
-        cross_mask = Masking(attention_mask(tgt_segments, src_segments))
+        self_mask = Masking(
+            attention_mask(self_segments, self_segments, causal=True),
+            causal=True,
+            segments=(self_segments,) * 2,
+        )
+        cross_mask = Masking(
+            attention_mask(tgt_segments, src_segments), segments=(tgt_segments, src_segments)
+        )
         if inputs_segments is None and targets_segments is None and targets_positions is None:
             # One pair per row, padded at its end: the same masks as lengths (cuDNN's form).
             self_mask = self_mask._replace(lengths=(_lengths(self_segments),) * 2)

@@ -112,6 +112,10 @@ def _bytes_per_device(tree) -> int:
     return total
 
 
+# Custom-call targets of fused attention: Mosaic (Pallas on TPU), cuDNN's fused attention.
+KERNELS = ("tpu_custom_call", "__cudnn$fmha")
+
+
 def compile_report(cfg: ml_collections.ConfigDict, devices=None) -> dict:
     """Compiles the train step on the largest bucket; returns memory and FLOPs per device."""
     trainer = trainer_lib.build(cfg, devices)
@@ -129,6 +133,7 @@ def compile_report(cfg: ml_collections.ConfigDict, devices=None) -> dict:
     }
     compiled = trainer_lib.jit_train_step(trainer).lower(state, batch).compile()
     memory = compiled.memory_analysis()
+    hlo = compiled.as_text() or ""
     cost = compiled.cost_analysis()
     cost = cost[0] if isinstance(cost, list) else cost
     tokens = rows * length
@@ -151,6 +156,9 @@ def compile_report(cfg: ml_collections.ConfigDict, devices=None) -> dict:
         "optimal_seconds": float(cost["optimal_seconds"])
         if cost and "optimal_seconds" in cost
         else None,
+        # Fused attention kernels in the program (TPU splash, GPU cuDNN), forward and backward
+        # (tx.model.splash): 0 means every attention went through XLA's own ops.
+        "attention_kernel_calls": sum(hlo.count(f'custom_call_target="{t}') for t in KERNELS),
         "analytic_model_flops": train_flops_per_step(mc, tokens, tokens, length, length),
         "tokens_per_step": 2 * cfg.data.tokens_per_step,  # source + target, as configured
         "num_steps": cfg.train.num_steps,
