@@ -141,6 +141,48 @@ def equivalence_rnn_run(out, seed="0"):
     equivalence_run(out, seed)
 
 
+# Rows of 128 tokens, the lengths the splash kernel tiles; float32, no dropout (its masks do
+# not depend on the attention, but a step without them compares attention alone).
+SPLASH = [
+    *OVERRIDES[:2],
+    "model.dropout_rate=0.0",
+    "data.max_len=128",
+    "data.bucket_lengths=(128,)",
+]
+
+
+def splash_run(out):
+    """One SGD step with attention_impl "splash" (Pallas' interpreter on these CPU devices,
+    under shard_map) on meshes splitting the batch and the heads, against "explicit" on one
+    device: the loss and every gradient leaf."""
+    rng = np.random.default_rng(0)
+    batch = {k: rng.integers(4, 320, (ROWS, 128)).astype(np.int32) for k in ("inputs", "targets")}
+    batch["inputs"][::2, -40:] = 0
+    batch["targets"][1::3, -60:] = 0
+
+    def one_step(impl, mesh_shape, devices=None):
+        MODEL["overrides"] = [*SPLASH, f"model.attention_impl={impl}"]
+        trainer = build(config(mesh_shape), devices, equivalence.sgd_keeping_gradients())
+        state = create_train_state(trainer, seed=0)
+        _, record = equivalence.record(
+            jit_train_step(trainer), state, [trainer.layout.global_batch(batch)], flat
+        )
+        return record
+
+    ref = one_step("explicit", None, jax.devices()[:1])
+    report = {}
+    for shape in ((8, 1, 1), (2, 1, 4), (1, 2, 4)):
+        got = one_step("splash", shape)
+        report[str(shape)] = {
+            "loss": abs(got["losses"][0] - ref["losses"][0]) / ref["losses"][0],
+            "grad": max(
+                equivalence.relative_error(got["grads"][0][k], g)
+                for k, g in ref["grads"][0].items()
+            ),
+        }
+    json.dump(report, open(out, "w"))
+
+
 def golden(out):
     cfg = load_config(
         str(ROOT / "configs" / "base.py"),
@@ -286,4 +328,5 @@ if __name__ == "__main__":
         "single": single,
         "translate": translate_ids_run,
         "interleaved": interleaved,
+        "splash": splash_run,
     }[mode](out, *args)
