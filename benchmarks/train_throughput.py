@@ -31,8 +31,9 @@ def main():
     )
     p.add_argument("--length", type=int, default=32)
     p.add_argument("--dtype", default="", help="override model.dtype")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="an override")
     args = p.parse_args()
-    overrides = [f"model.dtype={args.dtype}"] if args.dtype else []
+    overrides = ([f"model.dtype={args.dtype}"] if args.dtype else []) + args.set
     cfg = load_config(args.config, overrides)
     trainer = build(cfg)
     mc = trainer.model.config

@@ -171,7 +171,7 @@ def splash_run(out):
 
     ref = one_step("explicit", None, jax.devices()[:1])
     report = {}
-    for shape in ((8, 1, 1), (2, 1, 4), (1, 2, 4)):
+    for shape in ((8, 1, 1), (1, 2, 4)):  # the batch alone; fsdp rows and tensor heads
         got = one_step("splash", shape)
         report[str(shape)] = {
             "loss": abs(got["losses"][0] - ref["losses"][0]) / ref["losses"][0],

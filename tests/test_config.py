@@ -1,5 +1,6 @@
 import dataclasses
 import json
+import pathlib
 import random
 import subprocess
 import sys
@@ -11,6 +12,8 @@ from tx.model.counting import analytic_param_count, param_counts, train_flops_pe
 from tx.model.families import FAMILIES
 from tx.model.rnn_config import RNNConfig
 from tx.model.shell import ConfigShell
+
+CONFIGS = pathlib.Path(__file__).resolve().parents[1] / "configs"
 
 
 def base(root):
@@ -75,6 +78,12 @@ def test_a_run_config_from_before_later_keys_loads_with_their_defaults(root, tmp
     (tmp_path / "config.json").write_text(json.dumps(saved))
     cfg = load_config(str(tmp_path / "config.json"))
     assert cfg.data.on_bad_line == "error" and cfg.mesh.heartbeat_timeout_secs == 100
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in CONFIGS.glob("*.py")))
+def test_every_shipped_config_loads_and_passes_the_checks(root, name):
+    cfg = load_config(str(root / "configs" / name))
+    assert model_config(cfg).vocab_size > 0 and cfg.train.num_steps > 0
 
 
 def test_table3_rows_load(root):

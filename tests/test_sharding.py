@@ -91,7 +91,7 @@ def test_splash_attention_splits_over_meshes(tmp_path):
     out = tmp_path / "splash.json"
     worker("splash", out)
     report = json.loads(out.read_text())
-    assert set(report) == {"(8, 1, 1)", "(2, 1, 4)", "(1, 2, 4)"}
+    assert set(report) == {"(8, 1, 1)", "(1, 2, 4)"}
     for shape, r in report.items():
         assert r["loss"] <= 1e-5 and r["grad"] <= 1e-3, (shape, r)
 

@@ -39,14 +39,19 @@ def constrain(x: Array, names: tuple[str | None, ...]) -> Array:
     return nn.with_logical_constraint(x, names)
 
 
-def target_platform() -> str:
-    """The platform being traced for: that of the devices of the mesh in context (`with
-    mesh:`, as tx.train.trainer traces its steps; a TPU slice compiled deviceless on a CPU host
-    is "tpu"), else JAX's default backend."""
+def traced_mesh():
+    """The mesh of `with mesh:` (as tx.train.trainer traces its steps), or None."""
     from jax._src import mesh as mesh_lib  # where `with mesh:` is recorded
 
     physical = mesh_lib.thread_resources.env.physical_mesh
-    return jax.default_backend() if physical.empty else physical.devices.flat[0].platform
+    return None if physical.empty else physical
+
+
+def target_platform() -> str:
+    """The platform being traced for: that of the devices of `traced_mesh` (a TPU slice
+    compiled deviceless on a CPU host is "tpu"), else JAX's default backend."""
+    mesh = traced_mesh()
+    return jax.default_backend() if mesh is None else mesh.devices.flat[0].platform
 
 
 class Dropout(nn.Module):

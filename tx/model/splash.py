@@ -29,6 +29,8 @@ from flax import linen as nn
 from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_kernel as kernel_lib
 from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask as mask_lib
 
+from tx.model.layers import traced_mesh
+
 Array = jax.Array
 
 LANES = 128  # the kernel's key blocks are whole lanes of the TPU's vector unit
@@ -83,15 +85,9 @@ def _local(q, k, v, q_segments, k_segments, *, causal: bool, interpret: bool) ->
 
 
 def _mesh():
-    """The mesh the caller traces under (jax.set_mesh, or `with mesh:` as tx.train.trainer
-    does), or None."""
+    """The mesh the caller traces under (jax.set_mesh, or `with mesh:`), or None."""
     abstract = jax.sharding.get_abstract_mesh()
-    if not abstract.empty:
-        return abstract
-    from jax._src import mesh as mesh_lib  # where `with mesh:` is recorded
-
-    physical = mesh_lib.thread_resources.env.physical_mesh
-    return None if physical.empty else physical
+    return traced_mesh() if abstract.empty else abstract
 
 
 def splash_attention(
@@ -106,6 +102,8 @@ def splash_attention(
     [b, k]; 0 = padding) -> [b, q, h, d] in the dtype of `query`.
 
     `interpret` runs the kernel in Pallas' interpreter (any platform: the tests' CPU check)."""
+    # The scale on the queries, in their dtype (exact for d_k = 64, a power of 4; otherwise one
+    # more rounding of q than the explicit path's float32 division of the logits).
     scale = np.asarray(1.0 / np.sqrt(query.shape[-1]), query.dtype)
     q, k, v = (x.transpose(0, 2, 1, 3) for x in (query * scale, key, value))  # [b, h, l, d]
     q_segments, k_segments = (s.astype(jnp.int32) for s in segments)
