@@ -1,7 +1,7 @@
 """configs/small.py on a real corpus at several CPU budgets, from ONE training run.
 
     python benchmarks/small_recipe.py --corpus /tmp/corpus-enfr-87k --run /tmp/small \
-        [--minutes 60] [--budgets 10,30,60] [--src en --tgt fr]
+        [--minutes 60] [--budgets 10,30,60] [--src en --tgt fr] [--set KEY=VALUE ...]
     python benchmarks/small_recipe.py --corpus ... --run /tmp/small --log RUN.log   (no training)
 
 The corpus is what benchmarks/real_corpus.py writes (<corpus>/{train,dev,test}.{src,tgt}).
@@ -61,6 +61,7 @@ def train(args) -> str:
         "--config.train.num_steps=1000000",  # the budget stops it
         "--config.train.keep_checkpoints=100000",  # every budget's checkpoints stay
         "--config.train.early_stopping_patience=0",
+        *(f"--config.{kv}" for kv in args.set),
     ]
     with open(log, "w") as out:
         out.write(f"{int(time.time())} started {' '.join(cmd)}\n")
@@ -145,6 +146,13 @@ def main() -> None:
     p.add_argument("--src", default="en")
     p.add_argument("--tgt", default="fr")
     p.add_argument("--log", help="evaluate an earlier run from its time-stamped log")
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a config override for the training run (repeatable), e.g. data.tokens_per_step=1024",
+    )
     args = p.parse_args()
     log = args.log or train(args)
     start, steps, devs = timeline(log)
