@@ -66,7 +66,7 @@ class Dropout(nn.Module):
     elements: word j of a row gives elements 2j (low half) and 2j + 1 (high half). On a TPU
     drawing is cheap but that split is not: reading a word as two halves is a relayout (a
     trailing axis of 2 across the vector lanes), which cost base's step 4 GB of HBM traffic on
-    v5p (docs/accelerators.md); there each element takes the high 16 bits of a word of its
+    v5p (docs/performance.md); there each element takes the high 16 bits of a word of its
     own, drawn inside the consumer's fusion. Either way JAX's partitionable threefry makes the
     words a function of their global position, so the masks are the same on any mesh of one
     platform.

@@ -2,7 +2,7 @@
 
 XLA's own attention forms the weights [b, h, q, k] in HBM, in float32, forward and again for
 the backward pass; for base's longest bucket (196 rows of 256) that is 0.2 GB per layer and
-pass, and it made the step memory-bound on the TPU compiler's cost model (docs/accelerators.md).
+pass, and it made the step memory-bound on the TPU compiler's cost model (docs/performance.md).
 The splash kernel (jax.experimental.pallas.ops.tpu.splash_attention) keeps a block of scores in
 the core's memory, softmaxes it online and recomputes it in the backward pass from the saved
 log-sum-exp, so the weights never reach HBM.
