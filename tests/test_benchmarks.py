@@ -4,7 +4,10 @@ import json
 import subprocess
 import sys
 
+import pytest
 
+
+@pytest.mark.slow  # every benchmark of the accelerator script, dry: 40 s on 2 cores
 def test_accelerator_script_dry_run_writes_every_figure(root, tmp_path):
     out = tmp_path / "accelerator.json"
     res = subprocess.run(

@@ -43,6 +43,7 @@ def _beam(decoder, max_lengths, steps):
     return beam_search(decoder, max_lengths, beam_size=4, alpha=0.6, max_steps=steps)
 
 
+@pytest.mark.slow  # three searches compiled: 30 s on 2 cores; translate's ensemble test stays
 def test_ensemble_of_one_and_of_two_copies_is_the_model(run):
     _, loaded, _ = run
     inputs, max_lengths = _inputs(loaded, LINES)

@@ -127,6 +127,7 @@ def test_direction_against_base():
         assert report._direction(entry, base, "dev_ppl", "dev_ppl") == expected
 
 
+@pytest.mark.slow  # two mini rows trained, averaged and evaluated: 52 s on 2 cores
 def test_plan_run_report_on_two_mini_rows(capsys, tmp_path):
     """The whole harness on this machine: plan two rows, run one, report both (one done, one
     not run), rerun (skips). Every row runs through the same loop: test_all_of_table3_at_mini

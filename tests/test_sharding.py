@@ -61,26 +61,30 @@ def test_heads_must_divide_tensor_axis(tiny):
         check_sizes_fit(FakeMesh(), {**sizes, "model.vocab_size": 320})
 
 
-def test_meshes_give_the_same_training_as_one_device(tmp_path):
+# Every axis alone is slow (a compile per mesh, 100 s in all on 2 cores); the default suite
+# compares all three axes at once and accumulation on a sharded batch (about 40 s).
+MESH_SETS = {
+    "few": {"(2, 2, 2) x1", "(4, 2, 1) x2"},  # micro-batches split across a sharded batch
+    "all": {"(8, 1, 1) x1", "(4, 2, 1) x1", "(2, 2, 2) x1", "(1, 1, 8) x1", "(4, 2, 1) x2"},
+}
+
+
+@pytest.mark.parametrize("meshes", ["few", pytest.param("all", marks=pytest.mark.slow)])
+def test_meshes_give_the_same_training_as_one_device(tmp_path, meshes):
     """Losses and gradients step by step, parameters relative to the step: tolerances and the
     errors observed across CPUs, seeds and thread counts are in tests/equivalence.py."""
     out = tmp_path / "eq.json"
-    worker("equivalence", out)
+    worker("equivalence", out, "0", meshes)
     report = json.loads(out.read_text())
-    assert set(report) == {
-        "(8, 1, 1) x1",
-        "(4, 2, 1) x1",
-        "(2, 2, 2) x1",
-        "(1, 1, 8) x1",
-        "(4, 2, 1) x2",  # micro-batches split across a sharded batch
-    }
+    assert set(report) == MESH_SETS[meshes]
     for shape, r in report.items():
         assert r["loss"] <= equivalence.LOSS_RTOL, (shape, r)
         assert r["grad"] <= equivalence.GRAD_RTOL, (shape, r)
         assert r["params_per_step"] <= equivalence.PARAM_STEP_TOL, (shape, r)
-    assert "tensor" in report["(1, 1, 8) x1"]["spec_example"]
+    assert "tensor" in report["(2, 2, 2) x1"]["spec_example"]
 
 
+@pytest.mark.slow  # 50 s on 2 cores: Pallas' interpreter; tests/test_aot.py compiles it for a TPU
 def test_splash_attention_splits_over_meshes(tmp_path):
     """The splash kernel (TPU; here Pallas' interpreter) runs inside shard_map over the batch
     and the heads: a step on meshes of 8 devices against explicit attention on one. float32
@@ -245,6 +249,14 @@ def test_processes_interleaved_along_the_batch_axis(tmp_path):
     out = tmp_path / "layout.json"
     two_processes("interleaved", out, "data", "layout", "translate", devices=2)
     assert _decoded_like(json.loads(out.read_text()), reference)
+
+
+@pytest.mark.slow  # the control of the test above (its two-process run alone takes 30-40 s)
+@pytest.mark.multiprocess
+def test_interleaved_processes_with_the_contiguous_mapping_pair_translations_wrongly(tmp_path):
+    single = tmp_path / "single.json"
+    worker("translate", single, devices=1)
+    reference = json.loads(single.read_text())
     wrong = tmp_path / "contiguous.json"
     if two_processes(
         "interleaved", wrong, "data", "contiguous", "translate", devices=2, check=False
