@@ -220,3 +220,34 @@ def test_global_options_before_the_command(root, tmp_path, tiny):
     assert f"error: {tmp_path} is not a tx run (it has no config.json)" in err
     err = run_tx_fails(root, f"--workdir={tmp_path}", "compile", "--config", tiny.path)
     assert "error: compile takes no --workdir" in err
+
+
+def _tunables_seen(root, env):
+    """What a program that calls with_huge_pages() sees as GLIBC_TUNABLES, printed once."""
+    code = (
+        "import os; from tx.__main__ import with_huge_pages; with_huge_pages(); "
+        "print(repr(os.environ.get('GLIBC_TUNABLES')))"
+    )
+    res = subprocess.run(
+        [sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True
+    )
+    assert res.returncode == 0, res.stderr
+    return res.stdout.splitlines()
+
+
+def test_the_command_line_starts_with_huge_pages_unless_tunables_are_set(root):
+    """glibc reads GLIBC_TUNABLES only at start-up: `python -m tx` and train.py start
+    themselves again once with huge pages on, and keep any tunables of the user's own."""
+    from tx.__main__ import HUGE_PAGES
+
+    env = {k: v for k, v in os.environ.items() if k != "GLIBC_TUNABLES"}
+    glibc = os.confstr("CS_GNU_LIBC_VERSION") if sys.platform == "linux" else ""
+    name, _, version = (glibc or "").partition(" ")
+    if name != "glibc" or tuple(map(int, version.split(".")[:2])) < (2, 35):
+        assert _tunables_seen(root, env) == ["None"]
+    else:
+        assert _tunables_seen(root, env) == [repr(HUGE_PAGES)]  # once: the first run is gone
+    assert _tunables_seen(root, {**env, "GLIBC_TUNABLES": ""}) == ["''"]
+    assert _tunables_seen(root, {**env, "GLIBC_TUNABLES": "glibc.malloc.tcache_count=0"}) == [
+        "'glibc.malloc.tcache_count=0'"
+    ]
