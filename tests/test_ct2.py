@@ -37,9 +37,10 @@ def _with(cfg, *overrides):
     "overrides",
     [
         (),
-        ("decode.alpha=0.0",),
+        # 13-16 s each on 2 cores: two of the option mappings are checked in the slow suite only
+        pytest.param(("decode.alpha=0.0",), marks=pytest.mark.slow),
         ("decode.strategy=greedy",),
-        ("decode.max_extra_len=3",),
+        pytest.param(("decode.max_extra_len=3",), marks=pytest.mark.slow),
         pytest.param(("decode.max_length_ratio=0.5",), id="ratio"),
         pytest.param(("decode.strategy=greedy", "decode.no_repeat_ngram_size=2"), id="ngram"),
     ],
