@@ -109,8 +109,10 @@ def get_config():
     t.keep_best = 3
     t.best_metric = "dev_loss"
     t.early_stopping_patience = 3
-    # The last 5: within a short run the newest checkpoints are the best ones. A long run
-    # that passed its peak: `tx average --which best` or `evaluate --checkpoint best`.
+    # The last 5: within a short run the newest checkpoints are the best ones (the 30-minute
+    # run above averaged over its last 10, steps 1,250-1,700: 32.6 sacreBLEU, 12 loops, against
+    # 33.1 and 7). A long run that passed its peak: `tx average --which best` or `evaluate
+    # --checkpoint best`.
     cfg.decode.average_which = "last"
     cfg.decode.average_last = 5
     cfg.decode.batch_tokens = 4096
