@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import equivalence
+import multidevice_worker
 import numpy as np
 import pytest
 
@@ -64,8 +65,8 @@ def test_heads_must_divide_tensor_axis(tiny):
 # Every axis alone is slow (a compile per mesh, 100 s in all on 2 cores); the default suite
 # compares all three axes at once and accumulation on a sharded batch (about 40 s).
 MESH_SETS = {
-    "few": {"(2, 2, 2) x1", "(4, 2, 1) x2"},  # micro-batches split across a sharded batch
-    "all": {"(8, 1, 1) x1", "(4, 2, 1) x1", "(2, 2, 2) x1", "(1, 1, 8) x1", "(4, 2, 1) x2"},
+    name: {f"{shape} x{micro}" for shape, micro in meshes}
+    for name, meshes in (("few", multidevice_worker.FEW_MESHES), ("all", multidevice_worker.MESHES))
 }
 
 
