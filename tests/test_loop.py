@@ -115,7 +115,7 @@ def _wait_for_checkpoint(workdir, proc, at_least, timeout=120):
         time.sleep(0.2)
 
 
-# Two kills cost another process start and run (about 25 s of 89 on 2 cores): the default
+# Two kills cost another process start and run (89 s against 79 s with one, 2 cores): the default
 # suite kills once, `-m slow` twice.
 @pytest.mark.parametrize("kills", [(11,), pytest.param((3, 11), marks=pytest.mark.slow)])
 def test_sigkill_and_resume_is_bitwise_identical(root, vocab, tmp_path, tiny, kills):
