@@ -96,12 +96,16 @@ def table(results: dict) -> str:
         "program (memory analysis, and the TPU compiler's cost model `optimal_seconds`), not a",
         "measurement: no accelerator ran. The batch is each config's largest (the longest bucket",
         "at the paper's 25k-token budget), bf16 as the configs set it. MFU ceiling: the model's",
-        "FLOPs over the chips' dense bf16 peak in the estimated step time.",
+        "FLOPs over the chips' dense bf16 peak in the estimated step time. Where a TPU's cost",
+        "model gives no `optimal_seconds` (v4, v5e, v6e), the step is a roofline of XLA's flops",
+        "and bytes, and the per-pair list says so. GPU nodes (h100:8, h200:8; compiled with",
+        "jax's CUDA plugin, `pip install -e '.[cuda]'`) have memory only: XLA's GPU compiler",
+        "gives no cost analysis.",
         "",
         "Each row's code is the commit it was compiled at: a row compiled before a change",
         "to the model is that code's estimate (`--again` recompiles). Fused attention: the",
-        "attention kernels in the compiled step (the splash kernel on TPUs since 2026-12-02;",
-        "0 or - : every attention in XLA's own ops).",
+        "attention kernels in the compiled step (the splash kernel on TPUs since 2026-12-02,",
+        "cuDNN's on GPUs; 0 or - : every attention in XLA's own ops).",
         "",
         "| config | slice | chips | best layout | HBM per chip (GB) | of the chip's | step (ms) "
         "| MFU ceiling | paper's run (h) | fused attention | compiled at |",
@@ -120,6 +124,8 @@ def table(results: dict) -> str:
             )
             continue
         step = b.get("step_seconds")
+        if not step:  # nothing to rank the layouts by: the first that fits, data parallel
+            layout += " (unranked: no step time)"
         per_chip = b.get("devices_per_chip", 1)  # v4: two TensorCores per chip
         lines.append(
             f"| {e['config']} | {e['slice']} | {b['devices'] // per_chip} | {layout} | "

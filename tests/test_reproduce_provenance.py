@@ -27,13 +27,16 @@ def test_a_plan_states_no_time_that_nothing_produced(capsys, tmp_path):
 def test_a_plan_takes_the_compiled_step_time(capsys, tmp_path, monkeypatch):
     compiled = tmp_path / "compiled.json"
     best = {"fits": True, "step_seconds": 0.05, "mesh": {"data": 4, "fsdp": 1, "tensor": 1}}
+    best["step_source"] = "roofline of XLA's flops and bytes (memory bound)"  # v4, v5e, v6e
     entry = {"topology": "v5p:2x2x1", "date": "2026-12-02", "best": best | {"micro_batches": 1}}
     compiled.write_text(json.dumps({"entries": {"base@v5p-8": entry}}))
     monkeypatch.setattr(reproduce, "COMPILED", str(compiled))
     p = _plan(capsys, "--table", "2", "--rows", "base_ende", "--hardware", "v5p-8")
     (row,) = p["rows"]
     assert row["expected_hours"] == pytest.approx(100_000 * 0.05 / 3600)
-    assert "compiled for v5p:2x2x1 (data4, 1 micro-batch(es))" in row["estimate_source"]
+    assert row["estimate_source"].startswith(
+        "compiled for v5p:2x2x1 (data4, 1 micro-batch(es)): roofline of XLA's flops and bytes"
+    )
 
 
 def test_a_mini_plan_takes_the_rows_measured_time(capsys, tmp_path, monkeypatch):
