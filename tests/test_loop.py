@@ -122,7 +122,7 @@ def test_sigkill_and_resume_is_bitwise_identical(root, vocab, tmp_path, tiny, ki
     """Killed (once, or twice at different points); after the last kill the newest checkpoint
     is damaged on disk, so the last run resumes from the one before it (set aside, never
     deleted), still bit for bit."""
-    steps = 40
+    steps = 30  # room after the last kill (step 11) on a fast machine: killing a finished run fails
     ref_dir, run_dir = tmp_path / "ref", tmp_path / "run"
     subprocess.run(_train_cmd(ref_dir, vocab, steps), check=True, cwd=root, capture_output=True)
     killed_at = []

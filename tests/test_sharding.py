@@ -211,8 +211,7 @@ def _record(out) -> dict:
     }
 
 
-@pytest.mark.slow  # 25 s; test_processes_interleaved_along_the_batch_axis decodes in 2 processes
-@pytest.mark.multiprocess
+@pytest.mark.multiprocess  # 25 s; the interleaved layout's decoding (52 s) is under -m slow
 def test_decoding_split_across_two_processes_matches_one(tmp_path):
     out = tmp_path / "mp.json"
     two_processes("translate", out)
@@ -239,6 +238,9 @@ def _decoded_like(multi, single) -> bool:
     )
 
 
+# 52 s (two 2-device processes and a reference): slow. By default the two-process decoding
+# above, and tests/test_data.py the stream of an interleaved process.
+@pytest.mark.slow
 @pytest.mark.multiprocess
 def test_processes_interleaved_along_the_batch_axis(tmp_path):
     """2 processes x 2 devices, mesh (4, 1, 1) over devices p0, p1, p0, p1: rows go where the
