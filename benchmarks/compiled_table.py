@@ -116,17 +116,18 @@ def table(results: dict) -> str:
         b = e["best"]
         mesh = "x".join(f"{k}{v}" for k, v in b["mesh"].items() if v > 1) or "one chip"
         layout = f"{mesh}, {b['micro_batches']} micro-batch(es)"
+        per_chip = b.get("devices_per_chip", 1)  # v4: two TensorCores per chip
         if not b.get("fits"):
+            chips = b["devices"] // per_chip if "devices" in b else "?"
             lines.append(
-                f"| {e['config']} | {e['slice']} | {b.get('devices', '?')} | none fits | "
-                f"{(b.get('hbm_bytes_per_chip') or 0) / 1e9:.1f} | - | - | - | - | - | "
+                f"| {e['config']} | {e['slice']} | {chips} | none fits | "
+                f"{(b.get('hbm_bytes_per_chip') or 0) * per_chip / 1e9:.1f} | - | - | - | - | - | "
                 f"{_compiled_at(e)} |"
             )
             continue
         step = b.get("step_seconds")
         if not step:  # nothing to rank the layouts by: the first that fits, data parallel
             layout += " (unranked: no step time)"
-        per_chip = b.get("devices_per_chip", 1)  # v4: two TensorCores per chip
         lines.append(
             f"| {e['config']} | {e['slice']} | {b['devices'] // per_chip} | {layout} | "
             f"{b['hbm_bytes_per_chip'] * per_chip / 1e9:.1f} | "
@@ -147,7 +148,7 @@ def table(results: dict) -> str:
 
 
 def _compiled_at(entry: dict) -> str:
-    return f"{entry['date']}, {entry.get('commit', 'before splash')}"
+    return f"{entry['date']}, {entry.get('commit', '?')}"
 
 
 def main() -> None:

@@ -163,7 +163,9 @@ def main() -> None:
     with open(os.path.join(args.corpus, "SOURCES.json")) as f:
         corpus = {k: v for k, v in json.load(f).items() if k in ("pair", "built_by", "splits")}
     corpus["copy_source_test_bleu"] = round(copy_bleu(args.run), 2)
-    save("small_recipe", {"corpus": corpus, "log": log, "budgets": rows})
+    with open(log, encoding="utf-8") as f:  # "EPOCH started COMMAND": the overrides it ran with
+        command = f.readline().split(" started ", 1)[-1].strip()
+    save("small_recipe", {"corpus": corpus, "log": log, "command": command, "budgets": rows})
 
 
 def copy_bleu(run: str) -> float:

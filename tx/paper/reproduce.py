@@ -128,7 +128,7 @@ def _compiled_step(row: Row, scale: Scale, hw: Hardware):
     mesh = "x".join(f"{k}{v}" for k, v in best["mesh"].items() if v > 1)
     return best["step_seconds"], (
         f"compiled for {entry['topology']} ({mesh}, {best['micro_batches']} micro-batch(es)): "
-        f"{best.get('step_source', 'XLA cost model')}, benchmarks/results/compiled.json of "
+        f"{best.get('step_source') or 'source not recorded'}, benchmarks/results/compiled.json of "
         f"{entry['date']}"
     )
 
