@@ -211,7 +211,8 @@ def _record(out) -> dict:
     }
 
 
-@pytest.mark.multiprocess  # 25 s; the interleaved layout's decoding (52 s) is under -m slow
+# 25 s alone, 48 s in the suite; the interleaved layout's decoding (52 s) is under -m slow.
+@pytest.mark.multiprocess
 def test_decoding_split_across_two_processes_matches_one(tmp_path):
     out = tmp_path / "mp.json"
     two_processes("translate", out)
