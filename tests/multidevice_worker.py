@@ -109,8 +109,9 @@ def flat(tree):
 
 # (data, fsdp, tensor), micro-batches: every axis alone, all three, and accumulation on a mesh.
 MESHES = (((8, 1, 1), 1), ((4, 2, 1), 1), ((2, 2, 2), 1), ((1, 1, 8), 1), ((4, 2, 1), 2))
-# The default suite's pair: all three axes at once, and accumulation on a sharded batch.
-FEW_MESHES = (((2, 2, 2), 1), ((4, 2, 1), 2))
+# The default suite's one: all three axes at once, accumulating micro-batches (one reference
+# and one mesh to compile; the pair it replaced took 56 s of the suite).
+FEW_MESHES = (((2, 2, 2), 2),)
 
 
 def equivalence_run(out, seed="0", meshes="all"):

@@ -94,17 +94,19 @@ def test_damaged_checkpoints_are_refused_by_name(root, workdir, tmp_path):
 
 
 def test_average_then_evaluate_json(root, workdir):
+    from tx.train.averaging import average
+
     avg = json.loads(run_tx(root, "average", "--workdir", workdir, "--last", "3").splitlines()[-1])
     assert avg["steps"] == [10, 15, 20]
-    # Averaging again is a no-op, and averaging other steps replaces the averaged checkpoint.
-    again = json.loads(
-        run_tx(root, "average", "--workdir", workdir, "--last", "3").splitlines()[-1]
-    )
-    assert again["steps"] == [10, 15, 20]
-    other = json.loads(
-        run_tx(root, "average", "--workdir", workdir, "--last", "2").splitlines()[-1]
-    )
-    assert other["steps"] == [15, 20]
+    # Averaging again is a no-op (the same directory, not rewritten), and averaging other steps
+    # replaces the averaged checkpoint. In this process: a `tx` process starts in about 7 s.
+    cfg = load_config(os.path.join(workdir, "config.json"))
+    path = os.path.join(workdir, "averaged", "20")
+    before = os.stat(path)
+    assert average(cfg, workdir, last=3) == (path, [10, 15, 20])
+    after = os.stat(path)
+    assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
+    assert average(cfg, workdir, last=2) == (path, [15, 20])
     result = json.loads(
         run_tx(root, "evaluate", "--workdir", workdir, "--split", "test", "--json").splitlines()[-1]
     )
@@ -222,11 +224,12 @@ def test_global_options_before_the_command(root, tmp_path, tiny):
     assert "error: compile takes no --workdir" in err
 
 
-def _tunables_seen(root, env):
-    """What a program that calls with_huge_pages() sees as GLIBC_TUNABLES, printed once."""
+def _tunables_seen(root, env, command="translate"):
+    """What a program that calls with_malloc_tunables(command) sees as GLIBC_TUNABLES, printed
+    once."""
     code = (
-        "import os; from tx.__main__ import with_huge_pages; with_huge_pages(); "
-        "print(repr(os.environ.get('GLIBC_TUNABLES')))"
+        "import os; from tx.__main__ import with_malloc_tunables; "
+        f"with_malloc_tunables({command!r}); print(repr(os.environ.get('GLIBC_TUNABLES')))"
     )
     res = subprocess.run(
         [sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True
@@ -235,19 +238,22 @@ def _tunables_seen(root, env):
     return res.stdout.splitlines()
 
 
-def test_the_command_line_starts_with_huge_pages_unless_tunables_are_set(root):
+def test_the_command_line_starts_with_malloc_tunables_unless_tunables_are_set(root):
     """glibc reads GLIBC_TUNABLES only at start-up: `python -m tx` and train.py start
-    themselves again once with huge pages on, and keep any tunables of the user's own."""
-    from tx.__main__ import HUGE_PAGES
+    themselves again once with huge pages on (and one arena to train), and keep any tunables
+    of the user's own."""
+    from tx.__main__ import HUGE_PAGES, TRAINING
 
     env = {k: v for k, v in os.environ.items() if k != "GLIBC_TUNABLES"}
     glibc = os.confstr("CS_GNU_LIBC_VERSION") if sys.platform == "linux" else ""
     name, _, version = (glibc or "").partition(" ")
     if name != "glibc" or tuple(map(int, version.split(".")[:2])) < (2, 35):
         assert _tunables_seen(root, env) == ["None"]
-    else:
-        assert _tunables_seen(root, env) == [repr(HUGE_PAGES)]  # once: the first run is gone
-    assert _tunables_seen(root, {**env, "GLIBC_TUNABLES": ""}) == ["''"]
+    else:  # once: the first run is gone
+        assert _tunables_seen(root, env) == [repr(HUGE_PAGES)]
+        assert _tunables_seen(root, env, "train") == [repr(TRAINING)]
+    for command in ("translate", "train"):
+        assert _tunables_seen(root, {**env, "GLIBC_TUNABLES": ""}, command) == ["''"]
     assert _tunables_seen(root, {**env, "GLIBC_TUNABLES": "glibc.malloc.tcache_count=0"}) == [
         "'glibc.malloc.tcache_count=0'"
     ]

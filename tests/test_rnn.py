@@ -591,12 +591,12 @@ def test_tiny_rnn_trains_and_translates_through_the_shared_commands(root, tmp_pa
     overrides += ["data.num_workers=1", "data.bucket_lengths=(16, 32, 48)", "model.d_model=32"]
     overrides += ["optim.warmup_steps=20", "train.checkpoint_every_steps=10"]
     overrides += ["train.log_every_steps=5", "train.eval_every_steps=0", "decode.batch_tokens=512"]
-    cfg = load_config(str(root / "configs" / config), [*overrides, "train.num_steps=5"])
-    first = train(cfg, str(tmp_path / "a"))
     cfg = load_config(str(root / "configs" / config), [*overrides, "train.num_steps=30"])
     last = train(cfg, str(tmp_path / "b"))
-    # 30 steps take the loss from about log(300) = 5.7 down by >= 1.0 (observed 1.3-1.5)
-    assert last["step"] == 30 and last["loss"] < first["loss"] - 0.5
+    # An untrained model's near-uniform guess has perplexity about the vocabulary's 300; the
+    # bound asks 30 steps to take its log down by 1 (observed: to 25.1-25.2, both configs, 2
+    # threads and taskset -c 0, i.e. down by 2.5)
+    assert last["step"] == 30 and last["perplexity"] < cfg.data.vocab_size / math.e
     assert Checkpointer(str(tmp_path / "b")).latest_step() == 30
     average(cfg, str(tmp_path / "b"))
     loaded = load_model(cfg, str(tmp_path / "b"))
