@@ -9,7 +9,9 @@ PY := $(VENV)/bin/python
 # it). XLA:CPU allocates its scratch buffers afresh for every step, and first touching them a
 # 4 KiB page at a time cost the base model's step 0.4 s of 5 s: on 2 cores of an AMD EPYC the
 # base step took 4.65 s against 5.05 s, the demo's training ran at 21.1k tokens/s against
-# 17.7-19.0k (docs/training.md, docs/performance.md). A GLIBC_TUNABLES of your own is kept.
+# 17.7-19.0k (docs/training.md). Not glibc's one arena, which `python -m tx train` adds for
+# itself: the tests compile more than they run, and compiling is slower on one arena.
+# A GLIBC_TUNABLES of your own is kept.
 export GLIBC_TUNABLES ?= glibc.malloc.hugetlb=1
 
 # libtpu (XLA's TPU compiler, the version jax pins) goes to a directory of its own, not into

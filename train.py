@@ -5,8 +5,8 @@ The same as `python -m tx train ...`; see tx/cli/__init__.py for every option.
 
 import sys
 
-from tx.__main__ import main, with_huge_pages
+from tx.__main__ import main, with_malloc_tunables
 
 if __name__ == "__main__":
-    with_huge_pages()
+    with_malloc_tunables("train")
     sys.exit(main(["train", *sys.argv[1:]]))

@@ -5,17 +5,24 @@ import sys
 
 from tx.cli import main
 
-# glibc backs large allocations with transparent huge pages when this tunable is set (glibc >=
-# 2.35; older ones ignore it). XLA:CPU allocates a step's scratch buffers afresh every step,
-# and touching them one 4 KiB page at a time cost configs/small.py's step on 2 EPYC cores a
-# quarter of its time (1.4 s against 1.06 s) and the base step 0.4 s of 5 s (docs/training.md).
+# glibc malloc tunables (glibc >= 2.35; older ones ignore them). XLA:CPU allocates a step's
+# scratch buffers afresh every step: `hugetlb=1` backs large allocations with transparent huge
+# pages, so that touching them is not a page fault per 4 KiB. Training adds `arena_max=1`, one
+# arena for all threads, whose freed memory is reused: with an arena per thread, XLA's worker
+# threads handed theirs back to the kernel and faulted it in again at each step. On 2 EPYC
+# cores configs/small.py's training step took 1.06 s with huge pages alone and 0.85-0.91 s with
+# both (minor page faults 7.3M -> 0.9M in 100 steps, kernel time 49 -> 22-25 s). The other
+# commands compile more than they run, and XLA's compiler threads contend for one arena:
+# two translate and search tests took 87-101 s against 73-81 s (docs/training.md).
 HUGE_PAGES = "glibc.malloc.hugetlb=1"
+TRAINING = HUGE_PAGES + ":glibc.malloc.arena_max=1"
 
 
-def with_huge_pages() -> None:
-    """Starts this same command line again with HUGE_PAGES in the environment, once: glibc reads
-    its tunables only at start-up. Any GLIBC_TUNABLES of your own (an empty one too) is kept,
-    and nothing happens off Linux or below glibc 2.35."""
+def with_malloc_tunables(command: str) -> None:
+    """Starts this same command line again with the tunables for `command` (TRAINING for
+    "train", else HUGE_PAGES) in the environment, once: glibc reads its tunables only at
+    start-up. Any GLIBC_TUNABLES of your own (an empty one too) is kept, and nothing happens
+    off Linux or below glibc 2.35."""
     if sys.platform != "linux" or "GLIBC_TUNABLES" in os.environ:
         return
     try:
@@ -24,11 +31,11 @@ def with_huge_pages() -> None:
             return
     except (ValueError, OSError, AttributeError):  # musl and other C libraries: not glibc
         return
-    os.environ["GLIBC_TUNABLES"] = HUGE_PAGES
+    os.environ["GLIBC_TUNABLES"] = TRAINING if command == "train" else HUGE_PAGES
     sys.stdout.flush()
     os.execv(sys.executable, sys.orig_argv)  # the interpreter's options too (-X, -W, -u)
 
 
 if __name__ == "__main__":
-    with_huge_pages()
+    with_malloc_tunables(sys.argv[1] if len(sys.argv) > 1 else "")
     sys.exit(main())
