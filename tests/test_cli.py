@@ -257,3 +257,12 @@ def test_the_command_line_starts_with_malloc_tunables_unless_tunables_are_set(ro
     assert _tunables_seen(root, {**env, "GLIBC_TUNABLES": "glibc.malloc.tcache_count=0"}) == [
         "'glibc.malloc.tcache_count=0'"
     ]
+
+
+def test_the_command_is_found_after_global_options():
+    from tx.__main__ import command_in
+
+    assert command_in(["train", "--config", "configs/small.py"]) == "train"
+    assert command_in(["--workdir=runs/a", "--config", "c.py", "train"]) == "train"
+    assert command_in(["evaluate", "--workdir", "w", "--split", "train"]) == "evaluate"
+    assert command_in(["--help"]) == ""

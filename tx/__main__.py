@@ -3,7 +3,7 @@
 import os
 import sys
 
-from tx.cli import main
+from tx.cli import COMMANDS, main
 
 # glibc malloc tunables (glibc >= 2.35; older ones ignore them). XLA:CPU allocates a step's
 # scratch buffers afresh every step: `hugetlb=1` backs large allocations with transparent huge
@@ -36,6 +36,12 @@ def with_malloc_tunables(command: str) -> None:
     os.execv(sys.executable, sys.orig_argv)  # the interpreter's options too (-X, -W, -u)
 
 
+def command_in(argv: list[str]) -> str:
+    """The command an argument list names: the first argument that is one (--workdir and
+    --config may come before it); "" when none is."""
+    return next((a for a in argv if a in COMMANDS), "")
+
+
 if __name__ == "__main__":
-    with_malloc_tunables(sys.argv[1] if len(sys.argv) > 1 else "")
+    with_malloc_tunables(command_in(sys.argv[1:]))
     sys.exit(main())
