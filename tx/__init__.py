@@ -17,13 +17,29 @@ shares. A module imports only from its own layer and the layers before it in thi
     tx.cli     the command line (`python -m tx`): one module per command, no logic of its own
 """
 
-from tx.config import ConfigError, load_config, model_config
-from tx.model.families import build_model
-from tx.model.rnn import RNNSeq2Seq
-from tx.model.rnn_config import RNNConfig
-from tx.model.transformer import Transformer
-from tx.model.transformer_config import ModelConfig
-from tx.model.transformer_decoding import init_cache
+import importlib
+
+# The package's names, each imported from its module when first asked for (PEP 562): `import
+# tx` stays light, so that `python -m tx` starts itself again (tx/__main__.py) before JAX and
+# Flax are imported, not after (1.5 s a command).
+_EXPORTS = {
+    "ConfigError": "tx.config",
+    "load_config": "tx.config",
+    "model_config": "tx.config",
+    "build_model": "tx.model.families",
+    "RNNSeq2Seq": "tx.model.rnn",
+    "RNNConfig": "tx.model.rnn_config",
+    "Transformer": "tx.model.transformer",
+    "ModelConfig": "tx.model.transformer_config",
+    "init_cache": "tx.model.transformer_decoding",
+}
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'tx' has no attribute {name!r}")
+
 
 # The layers above, in order, and the wings among them (tests/test_layout.py reads both).
 LAYERS = [
@@ -41,15 +57,5 @@ LAYERS = [
 ]
 WINGS = ["model", "data", "train", "infer", "eval", "viz", "paper", "cli"]
 
-__all__ = [
-    "ConfigError",
-    "ModelConfig",
-    "RNNConfig",
-    "RNNSeq2Seq",
-    "Transformer",
-    "build_model",
-    "init_cache",
-    "load_config",
-    "model_config",
-]
+__all__ = sorted(_EXPORTS)
 __version__ = "0.1.0"
