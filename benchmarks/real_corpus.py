@@ -1,10 +1,13 @@
 """A real English-French parallel corpus from the translation catalogues that Debian ships.
 
-    python benchmarks/real_corpus.py --out /tmp/corpus-enfr [--pair en-fr|en-es] [--cache DIR]
+    python benchmarks/real_corpus.py --out /tmp/corpus-enfr [--pair en-fr|en-es|en-nl] \
+        [--cache DIR]
 
 On a 2-core machine: 3 minutes the first time (1.2 GB of .debs downloaded), 75-90 s from the
 cache. en-fr gives 228,688 train, 1,000 dev and 1,000 test pairs from Debian 12 as served in
-December 2026 (newer package versions move the counts a little; SOURCES.json names the .debs).
+December 2026 (newer package versions move the counts a little; SOURCES.json names the .debs);
+en-nl 177,847 train pairs, into a language that writes its compounds as one word, as German
+does ("laaggroep", "attributenformulier").
 
 What it builds: <out>/{train,dev,test}.{en,fr}, line-aligned UTF-8 text, one segment a line, as
 tx's text source reads them (--config.data.source=text --config.data.src_lang=en
@@ -591,7 +594,7 @@ def build(
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", required=True, help="folder for the split files and SOURCES.json")
-    parser.add_argument("--pair", default="en-fr", choices=["en-fr", "en-es"])
+    parser.add_argument("--pair", default="en-fr", choices=["en-fr", "en-es", "en-nl"])
     parser.add_argument("--cache", help="folder for the downloaded .debs (reused)")
     parser.add_argument(
         "--train-pairs",

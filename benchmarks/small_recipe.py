@@ -12,9 +12,10 @@ run of B minutes would have saved are exactly those this run had saved B minutes
 (data preparation and compiling included, as train.max_minutes counts). For each budget their
 last `decode.average_last` go into a workdir of their own (RUN-B/), and the user's commands run
 there: `python -m tx average` and `python -m tx evaluate --split test --json`, each timed.
-Printed and saved (benchmarks/results/small_recipe.json): per budget the step reached, the
-minutes of training, averaging and evaluating, test sacreBLEU, chrF, the paper's tokenized
-BLEU, the sentences with a repetition loop, and the dev scores logged up to then.
+Printed and saved (benchmarks/results/small_recipe.json, or small_recipe_en-nl.json for a corpus
+built with --pair en-nl, and so on): per budget the step reached, the minutes of training,
+averaging and evaluating, test sacreBLEU, chrF, the paper's tokenized BLEU, the sentences with a
+repetition loop, and the dev scores logged up to then.
 
 Measured with nothing else running on the machine: other work on the cores slows the steps and
 moves every budget's step back.
@@ -165,7 +166,8 @@ def main() -> None:
     corpus["copy_source_test_bleu"] = round(copy_bleu(args.run), 2)
     with open(log, encoding="utf-8") as f:  # "EPOCH started COMMAND": the overrides it ran with
         command = f.readline().split(" started ", 1)[-1].strip()
-    save("small_recipe", {"corpus": corpus, "log": log, "command": command, "budgets": rows})
+    name = "small_recipe" if corpus["pair"] == "en-fr" else f"small_recipe_{corpus['pair']}"
+    save(name, {"corpus": corpus, "log": log, "command": command, "budgets": rows})
 
 
 def copy_bleu(run: str) -> float:
