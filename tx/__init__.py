@@ -41,6 +41,10 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'tx' has no attribute {name!r}")
 
 
+def __dir__() -> list[str]:  # tab completion and help() see the lazy names too
+    return sorted(set(globals()) | set(_EXPORTS))
+
+
 # The layers above, in order, and the wings among them (tests/test_layout.py reads both).
 LAYERS = [
     "tx.tokens",
