@@ -1,4 +1,4 @@
-"""A real English-French parallel corpus from the translation catalogues that Debian ships.
+"""A real English-French, -Spanish or -Dutch parallel corpus from the catalogues Debian ships.
 
     python benchmarks/real_corpus.py --out /tmp/corpus-enfr [--pair en-fr|en-es|en-nl] \
         [--cache DIR]
