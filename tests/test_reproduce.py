@@ -76,11 +76,23 @@ def test_the_papers_machine_gives_the_papers_time(capsys):
 
 @pytest.mark.parametrize(
     "name,devices,peak",
-    [("h100x8", 8, 989.0), ("a100x16", 16, 312.0), ("v4-32", 16, 275.0), ("v5e-8", 8, 197.0)],
+    [
+        ("h100x8", 8, 989.0),
+        ("H100:8", 8, 989.0),
+        ("a100x16", 16, 312.0),
+        ("v4-32", 16, 275.0),
+        ("v5e-8", 8, 197.0),
+    ],
 )
 def test_hardware_names(name, devices, peak):
     hw = reproduce.hardware(name)
     assert (hw.devices, hw.peak_tflops) == (devices, peak)
+
+
+def test_gpu_names_are_spelled_as_compile_spells_them():
+    # The plan looks compiled step times up as CONFIG@<name> (benchmarks/results/compiled.json,
+    # written by `tx compile --topology h100:8`): both spellings must reach the same entries.
+    assert reproduce.hardware("h100x8").name == reproduce.hardware("h100:8").name == "h100:8"
 
 
 @pytest.mark.parametrize(

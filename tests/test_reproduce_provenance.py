@@ -21,7 +21,7 @@ def _plan(capsys, *args):
 def test_a_plan_states_no_time_that_nothing_produced(capsys, tmp_path):
     (row,) = _plan(capsys, "--table", "2", "--rows", "big_ende", "--hardware", "h100x8",
                    "--root", str(tmp_path))["rows"]  # fmt: skip
-    assert row["expected_hours"] is None and "no estimate for h100x8" in row["estimate_source"]
+    assert row["expected_hours"] is None and "no estimate for h100:8" in row["estimate_source"]
 
 
 def test_a_plan_takes_the_compiled_step_time(capsys, tmp_path, monkeypatch):

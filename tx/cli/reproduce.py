@@ -25,7 +25,9 @@ def add_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--steps", type=int, help="--scale mini: steps of a 100k-step row")
     p.add_argument("--root", default="runs", help="the rows' workdirs go under this")
     p.add_argument("--results", default="results", help="where reports go")
-    p.add_argument("--hardware", help="--plan: h100x8, a100x8, v4-32, ... (default: this machine)")
+    p.add_argument(
+        "--hardware", help="--plan: h100x8 (or h100:8), a100x8, v4-32, ... (default: this machine)"
+    )
     p.add_argument("--mfu", type=float, help="--plan: expected MFU (0-1)")
     options.overrides(p, "override one field of every row's config (any number)")
     options.distributed(p)

@@ -64,7 +64,9 @@ class Hardware:
     kind: str  # matched against benchmark results' device_kind
 
 
-# --hardware names: GPUs as <kind>x<count> (h100x8); TPUs as Cloud TPU slices (v4-32), whose
+# --hardware names: GPUs as <kind>x<count> (h100x8) or, as `tx compile --topology` and
+# benchmarks/results/compiled.json spell them, <kind>:<count> (h100:8), the name the plan
+# uses; TPUs as Cloud TPU slices (v4-32), whose
 # number counts TensorCores for v2-v4 and v5p (2 per chip) and chips for v5e and v6e.
 # Peaks are dense bf16 per device (tx.train.monitor's table), except P100: the paper's own 9.5
 # TFLOPS single-precision figure, so that a plan for the paper's machine reads like its Table 2.
@@ -79,9 +81,10 @@ def hardware(name: str | None) -> Hardware:
         device = jax.devices()[0]
         return Hardware("detected", jax.device_count(), peak_tflops(device), device.device_kind)
     name = name.lower()
-    gpu = re.fullmatch(r"([a-z]\d+)x(\d+)", name)
+    gpu = re.fullmatch(r"([a-z]\d+)[x:](\d+)", name)
     if gpu and gpu.group(1) in GPU_PEAKS:
-        return Hardware(name, int(gpu.group(2)), GPU_PEAKS[gpu.group(1)], gpu.group(1))
+        kind, count = gpu.group(1), int(gpu.group(2))
+        return Hardware(f"{kind}:{count}", count, GPU_PEAKS[kind], kind)
     tpu = re.fullmatch(r"(v\d[a-z]*)-(\d+)", name.replace("litepod", "e"))
     if tpu and tpu.group(1) in TPU_PEAKS:
         kind = tpu.group(1)
@@ -89,7 +92,8 @@ def hardware(name: str | None) -> Hardware:
         return Hardware(name, chips, TPU_PEAKS[kind], kind)
     raise ReproduceError(
         f"--hardware {name}: give <gpu>x<count> with gpu in {', '.join(GPU_PEAKS)} "
-        f"(h100x8), or a TPU slice such as {', '.join(k + '-8' for k in TPU_CORES_PER_CHIP)}"
+        f"(h100x8 or h100:8), or a TPU slice such as "
+        f"{', '.join(k + '-8' for k in TPU_CORES_PER_CHIP)}"
     )
 
 
