@@ -15,7 +15,8 @@ there: `python -m tx average` and `python -m tx evaluate --split test --json`, e
 Printed and saved (benchmarks/results/small_recipe.json, or small_recipe_en-nl.json for a corpus
 built with --pair en-nl, and so on): per budget the step reached, the minutes of training,
 averaging and evaluating, test sacreBLEU, chrF, the paper's tokenized BLEU, the sentences with a
-repetition loop, and the dev scores logged up to then.
+repetition loop, and the dev scores logged up to then (--name NAME: NAME.json instead, to keep
+an earlier run's figures).
 
 Measured with nothing else running on the machine: other work on the cores slows the steps and
 moves every budget's step back.
@@ -148,6 +149,9 @@ def main() -> None:
     p.add_argument("--tgt", default="fr")
     p.add_argument("--log", help="evaluate an earlier run from its time-stamped log")
     p.add_argument(
+        "--name", help="the results file's name (default small_recipe, or small_recipe_<pair>)"
+    )
+    p.add_argument(
         "--set",
         action="append",
         default=[],
@@ -166,7 +170,9 @@ def main() -> None:
     corpus["copy_source_test_bleu"] = round(copy_bleu(args.run), 2)
     with open(log, encoding="utf-8") as f:  # "EPOCH started COMMAND": the overrides it ran with
         command = f.readline().split(" started ", 1)[-1].strip()
-    name = "small_recipe" if corpus["pair"] == "en-fr" else f"small_recipe_{corpus['pair']}"
+    name = args.name or (
+        "small_recipe" if corpus["pair"] == "en-fr" else f"small_recipe_{corpus['pair']}"
+    )
     save(name, {"corpus": corpus, "log": log, "command": command, "budgets": rows})
 
 
