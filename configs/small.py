@@ -28,8 +28,8 @@ Expected:  on 87,000 pairs of real English->French interface text
            (45 minutes): 39.1 sacreBLEU, chrF 61.4, 4 loops. In a slow hour (2026-12-03) 30
            minutes were 1,900 steps: 36.4 sacreBLEU, 11 loops. On 2026-12-05 the same cores ran
            a step in 0.31 s and 30 minutes were 5,400 steps (the minutes a budget buys vary
-           threefold; steps are the measure that travels): windows of that run from step 2,400
-           to 5,400 scored 38.2-40.0 sacreBLEU with 4-8 loops (README, by steps). Loop counts
+           threefold; steps are the measure that travels): windows of that run from step 2,450
+           to 5,400 scored 37.9-40.0 sacreBLEU with 4-9 loops (README, by steps). Loop counts
            move by several between runs and windows of like quality (16-18 at step 1,400).
            With 3+3 layers instead of 4+2: 12.4 / 27.0 / 33.1 with 124 / 37 / 7 loops at 450 /
            1,050 / 1,700 steps. The recipe before that (warm-up 400, dev BLEU every 1,000
@@ -74,8 +74,8 @@ def get_config():
     # 36.3 / 35.2 / 35.5; EN-FR at 2,050, 13 loops against 6, sacreBLEU 33.2 against 34.1.
     # Again on EN-NL in a fast hour (2026-12-05), 20 / 30 minutes: 3,050 / 4,600 steps against
     # 3,550 / 5,400 (rows of 256 cost 15% more a step), 38.4 / 39.1 sacreBLEU with 10 / 8 loops
-    # against 38.6 / 40.0 with 4 / 6; the three test sources longer than 128 tokens looped
-    # with either.
+    # against 38.6 / 40.0 with 4 / 6; the two longest test sources (202 and 226 tokens) looped
+    # with rows of 256 as well.
     # Within a run the count moves by up to 5 between neighbouring windows; between runs of
     # like dev loss by more. Steps per minute were alike (256 in 30 minutes: 2,000 EN-NL,
     # 2,150 EN-FR in a fast hour; 128: 1,900 and 1,850-2,050).
