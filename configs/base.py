@@ -97,6 +97,9 @@ def get_config():
         max_minutes=0.0,
         seed=0,
         label_smoothing=0.1,  # epsilon_ls
+        # Token-level unlikelihood (tx.train.losses; Welleck et al. 2020) with this weight,
+        # against repeating a token the reference does not repeat; 0 = none (the paper's).
+        unlikelihood=0.0,
         micro_batches=1,  # gradient accumulation: each step = this many micro-batches
         # The loss forms the softmax logits piece by piece along the length axis, at most this
         # many (row, position) pairs per device at once, with the gradient in the same pass

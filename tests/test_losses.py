@@ -169,3 +169,114 @@ def test_chunk_size_per_platform():
     assert cpu * 32000 * 4 <= CPU_CHUNK_BYTES < (cpu + 1) * 32000 * 4
     assert chunk_tokens(-1, 10**9, "cpu") == 1  # never an empty piece
     assert chunk_tokens(-1, 32000, "gpu") == chunk_tokens(-1, 32000, "tpu") >= 4096
+
+
+def brute_force_unlikelihood(logits, targets, weights, segments):
+    """-sum log(1 - p(c)) over each real position's candidates: the distinct real tokens earlier
+    in the same sentence, less the one due there (Welleck et al. 2020, section 5.1)."""
+    total = 0.0
+    for b in range(logits.shape[0]):
+        for t in range(logits.shape[1]):
+            if weights[b, t] == 0:
+                continue
+            z = logits[b, t]
+            p = np.exp(z - z.max()) / np.exp(z - z.max()).sum()
+            earlier = {
+                int(targets[b, s])
+                for s in range(t)
+                if segments[b, s] == segments[b, t] and weights[b, s] > 0
+            }
+            total += -sum(np.log(1 - p[c]) for c in earlier - {int(targets[b, t])})
+    return total
+
+
+def _packed_rows(seed, vocab=6):
+    """Two rows of 9: the first packs three sentences, the second one and padding; a small
+    vocabulary so that tokens repeat within sentences and across them."""
+    rng = np.random.default_rng(seed)
+    targets = rng.integers(1, vocab, (2, 9))
+    targets[1, 6:] = 0
+    segments = np.array([[1, 1, 1, 2, 2, 2, 2, 3, 3], [1, 1, 1, 1, 1, 1, 0, 0, 0]])
+    return targets, (targets != 0).astype(np.float32), segments
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_unlikelihood_equals_brute_force(seed):
+    targets, weights, segments = _packed_rows(seed)
+    logits = np.random.default_rng(seed + 10).normal(size=(2, 9, 6)) * 3
+    with jax.enable_x64(True):
+        args = (jnp.array(logits), jnp.array(targets), jnp.array(weights), 0.1)
+        out = cross_entropy(*args, unlikelihood=0.5, segments=jnp.array(segments))
+        plain = cross_entropy(*args)
+    want = brute_force_unlikelihood(logits, targets, weights, segments)
+    # float64 against float64, a few dozen terms: rounding only (observed <= 4e-16 relative).
+    assert float(out["unlikelihood"]) == pytest.approx(want, rel=1e-12)
+    assert float(out["objective"]) == pytest.approx(float(plain["loss"]) + 0.5 * want, rel=1e-12)
+    assert float(out["loss"]) == float(plain["loss"])  # the loss reported stays the paper's
+    assert "objective" not in plain and "unlikelihood" not in plain
+
+
+def test_unlikelihood_keeps_packed_sentences_apart():
+    """A token of the sentence before, in the same packed row, is no candidate."""
+    targets = np.array([[3, 4, 5, 3, 2]])
+    weights = np.ones((1, 5), np.float32)
+    segments = np.array([[1, 1, 1, 2, 2]])
+    logits = np.zeros((1, 5, 6))
+    logits[0, 3, 4] = logits[0, 4, 4] = 8.0  # "4" likely where the second sentence starts
+    with jax.enable_x64(True):
+        out = cross_entropy(
+            jnp.array(logits), jnp.array(targets), jnp.array(weights), 0.0,
+            unlikelihood=1.0, segments=jnp.array(segments),
+        )
+        one_row = cross_entropy(
+            jnp.array(logits), jnp.array(targets), jnp.array(weights), 0.0, unlikelihood=1.0
+        )
+    assert float(out["unlikelihood"]) == pytest.approx(
+        brute_force_unlikelihood(logits, targets, weights, segments), rel=1e-12
+    )
+    # As one sentence, "4" (p = 0.98 at positions 3 and 4) is a candidate there: a large term.
+    assert float(one_row["unlikelihood"]) > float(out["unlikelihood"]) + 7.0
+
+
+@pytest.mark.parametrize("chunks", [1, 3, 9])
+@pytest.mark.parametrize("packed", [False, True])
+def test_chunked_unlikelihood_and_gradient_equal_the_plain_one(chunks, packed):
+    """The fused loss forms the unlikelihood's gradient in its forward pass (a scatter into
+    the candidates' columns and a rescaled softmax): in float64 it equals autodiff of the
+    plain one to summation-order rounding, and the vocabulary's padding rows get none."""
+    targets, weights, segments = _packed_rows(3, vocab=8)
+    segments = jnp.asarray(segments) if packed else None
+    rng = np.random.default_rng(4)
+    with jax.enable_x64(True):
+        head = np.zeros((128, 16))
+        head[:50] = rng.normal(size=(50, 16))
+        # A model that stutters: each state points at the token before it, so that candidates
+        # carry much of the probability (p up to ~1) and their gradient terms count.
+        before = np.concatenate([targets[:, :1], targets[:, :-1]], axis=1)
+        hidden = jnp.asarray(0.8 * head[before] + 0.3 * rng.normal(size=(2, 9, 16)))
+        head = jnp.asarray(head)
+        targets, weights = jnp.asarray(targets), jnp.asarray(weights, jnp.float64)
+        kw = dict(unlikelihood=0.7, segments=segments)
+
+        def plain(h, e):
+            logits = jnp.einsum("btm,Vm->btV", h, e[:50])
+            return cross_entropy(logits, targets, weights, 0.1, **kw)
+
+        def fused(h, e):
+            return chunked_cross_entropy(
+                h, e, targets, weights, label_smoothing=0.1, vocab_size=50, chunks=chunks, **kw
+            )
+
+        want, got = plain(hidden, head), fused(hidden, head)
+        assert set(got) == set(want)
+        for key in want:
+            assert float(got[key]) == pytest.approx(float(want[key]), rel=1e-12, abs=1e-12)
+        assert float(want["unlikelihood"]) > 1.0  # candidates were there to push down
+        g_want = jax.grad(lambda h, e: plain(h, e)["objective"], (0, 1))(hidden, head)
+        g_got = jax.grad(lambda h, e: fused(h, e)["objective"], (0, 1))(hidden, head)
+        for a, b in zip(g_got, g_want, strict=True):
+            np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-11, atol=1e-13)
+        assert not np.asarray(g_got[1][50:]).any()
+        # The reported loss sends no gradient when the objective is another sum.
+        g_loss = jax.grad(lambda h: fused(h, head)["loss"])(hidden)
+        assert not np.asarray(g_loss).any()

@@ -4,6 +4,7 @@ import equivalence
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from tx.train.trainer import build, create_train_state, jit_train_step
 
@@ -17,12 +18,14 @@ def _batch(rows=8, length=16, seed=0):
     return {"inputs": inputs, "targets": targets}
 
 
-def test_gradient_accumulation_equals_one_big_batch(tiny):
+@pytest.mark.parametrize("unlikelihood", [0.0, 1.0])
+def test_gradient_accumulation_equals_one_big_batch(tiny, unlikelihood):
     """1 vs 4 micro-batches: the same loss and gradient at every step (SGD; tolerances and
-    observed errors in tests/equivalence.py)."""
+    observed errors in tests/equivalence.py), with the unlikelihood term's sums as well."""
     runs = []
     for k in (1, 4):
-        cfg = tiny(f"train.micro_batches={k}", "model.dropout_rate=0.0", *equivalence.FP64)
+        ul = f"train.unlikelihood={unlikelihood}"
+        cfg = tiny(f"train.micro_batches={k}", ul, "model.dropout_rate=0.0", *equivalence.FP64)
         with jax.enable_x64(True):
             trainer = build(cfg, optimizer=equivalence.sgd_keeping_gradients())
             state = create_train_state(trainer, seed=0)
@@ -36,14 +39,19 @@ def test_gradient_accumulation_equals_one_big_batch(tiny):
     assert errors["params_per_step"] <= equivalence.PARAM_STEP_TOL, errors
 
 
-def test_fused_loss_in_pieces_trains_as_the_plain_loss(tiny):
+@pytest.mark.parametrize("unlikelihood", [0.0, 1.0])
+def test_fused_loss_in_pieces_trains_as_the_plain_loss(tiny, unlikelihood):
     """The train step with the fused loss in 4 pieces of the length axis (32 of 8 x 16
     positions) and with the plain loss (0): the same loss and gradient at every step (float64,
     SGD; the bounds of tests/equivalence.py: pieces only reorder the sums over positions).
-    Observed (seeds 0-2, 2 threads and taskset -c 0): loss 0, grad 2.4e-15, params 4.6e-14."""
+    Observed (seeds 0-2, 2 threads and taskset -c 0): loss 0, grad 2.4e-15, params 4.6e-14.
+    With the unlikelihood term (its gradient formed in the fused pass, autodiff in the plain)."""
     runs = []
     for chunk in (0, 32):
-        cfg = tiny(f"train.loss_chunk_tokens={chunk}", "model.dropout_rate=0.0", *equivalence.FP64)
+        ul = f"train.unlikelihood={unlikelihood}"
+        cfg = tiny(
+            f"train.loss_chunk_tokens={chunk}", ul, "model.dropout_rate=0.0", *equivalence.FP64
+        )
         with jax.enable_x64(True):
             trainer = build(cfg, optimizer=equivalence.sgd_keeping_gradients())
             assert trainer.loss_chunk_tokens == chunk

@@ -41,6 +41,7 @@ LATER_KEYS = {
     "train.best_metric": "dev_bleu",
     "train.early_stopping_patience": 0,
     "decode.average_which": "last",
+    "train.unlikelihood": 0.0,
 }
 # A dev metric that can choose checkpoints (tx.train.best) -> the key of its evaluation interval.
 BEST_METRICS = {"dev_bleu": "train.eval_bleu_every_steps", "dev_loss": "train.eval_every_steps"}
@@ -236,6 +237,7 @@ def validate(cfg: ml_collections.ConfigDict) -> None:
         "train.checkpoint_every_steps",
         "train.eval_every_steps",
         "train.max_minutes",
+        "train.unlikelihood",
         "optim.grad_clip_norm",
     )
     if _number(cfg, "train.loss_chunk_tokens") < -1:

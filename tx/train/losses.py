@@ -1,4 +1,12 @@
-"""Label-smoothed cross-entropy (section 5.4), returning sums so devices and hosts add up."""
+"""Label-smoothed cross-entropy (section 5.4), returning sums so devices and hosts add up.
+
+Optionally with token-level unlikelihood (Welleck et al. 2020, "Neural Text Generation with
+Unlikelihood Training", section 5.1): at each target position, -log(1 - p(c)) for every token c
+that came earlier in the same target sentence and is not the one due there. It pushes down only
+what the model believes strongly (the gradient through a candidate is p(c) / (1 - p(c))): a
+word or piece repeated where the reference does not repeat it, the start of a repetition loop.
+The paper's objective has none (`train.unlikelihood = 0`).
+"""
 
 from __future__ import annotations
 
@@ -21,7 +29,43 @@ def smoothed_targets_entropy(vocab_size: int, label_smoothing: float) -> float:
     return ent
 
 
-def cross_entropy(logits: Array, targets: Array, weights: Array, label_smoothing: float = 0.1):
+# 1 - p(c) is floored here, as Welleck et al.'s code does; a candidate above it sends no gradient.
+UNLIKELY_FLOOR = 1e-5
+
+
+def unlikelihood_candidates(targets: Array, weights: Array, segments: Array | None) -> Array:
+    """[b, t, s] float: 1 where target s is a candidate at position t: earlier in the same
+    sentence (`segments` tells packed sentences apart; None: one per row), a real token, the
+    first of its kind there (a candidate set counts each token once), and not the one due at t.
+
+    Args:
+      targets, weights: [b, t] as in `cross_entropy`; segments: [b, t] int or None.
+    """
+    length = targets.shape[1]
+    seg = jnp.zeros_like(targets) if segments is None else segments
+    same_sentence = seg[:, :, None] == seg[:, None, :]  # [b, t, s]
+    earlier = jnp.arange(length)[None, :, None] > jnp.arange(length)[None, None, :]
+    same_token = targets[:, :, None] == targets[:, None, :]
+    before = earlier & same_sentence
+    seen = jnp.any(same_token & before, axis=-1)  # [b, s]: the token at s came before in it
+    real = weights[:, None, :] > 0
+    return (before & real & ~seen[:, None, :] & ~same_token).astype(jnp.float32)
+
+
+def _candidate_log_probs(table: Array, targets: Array) -> Array:
+    """[b, t, V] per-position table, [b, s] targets -> [b, t, s]: table[b, t, targets[b, s]]."""
+    index = jnp.broadcast_to(targets[:, None, :], (*table.shape[:2], targets.shape[1]))
+    return jnp.take_along_axis(table, index, axis=-1)
+
+
+def cross_entropy(
+    logits: Array,
+    targets: Array,
+    weights: Array,
+    label_smoothing: float = 0.1,
+    unlikelihood: float = 0.0,
+    segments: Array | None = None,
+):
     """Label-smoothed cross-entropy and plain NLL, summed over non-padding tokens.
 
     The smoothed target puts 1 - eps on the true token and eps / (V - 1) on each other token.
@@ -33,6 +77,8 @@ def cross_entropy(logits: Array, targets: Array, weights: Array, label_smoothing
       targets: [b, t] int.
       weights: [b, t] float, 1 for real tokens and 0 for padding.
       label_smoothing: epsilon_ls in [0, 1).
+      unlikelihood: its weight alpha; > 0 adds the sums `unlikelihood` and `objective` (loss +
+        alpha x unlikelihood, what training differentiates). segments: [b, t] or None.
 
     Returns:
       dict of scalar sums: loss, nll, correct (argmax == target), weight (number of tokens).
@@ -52,12 +98,24 @@ def cross_entropy(logits: Array, targets: Array, weights: Array, label_smoothing
         smoothed = nll
     smoothed = smoothed - smoothed_targets_entropy(vocab_size, label_smoothing)
     correct = (jnp.argmax(logits, -1) == targets).astype(jnp.float32)
-    return {
+    sums = {
         "loss": jnp.sum(smoothed * weights),
         "nll": jnp.sum(nll * weights),
         "correct": jnp.sum(correct * weights),
         "weight": jnp.sum(weights),
     }
+    if unlikelihood > 0:
+        cand = unlikelihood_candidates(targets, weights, segments)
+        p = jnp.exp(_candidate_log_probs(log_probs, targets))  # [b, t, s]
+        per_token = -jnp.sum(cand * jnp.log(jnp.maximum(1.0 - p, UNLIKELY_FLOOR)), -1)
+        sums["unlikelihood"] = jnp.sum(per_token * weights)
+        sums["objective"] = sums["loss"] + unlikelihood * sums["unlikelihood"]
+    return sums
+
+
+def objective(sums: dict) -> Array:
+    """What training differentiates: the smoothed loss, plus the weighted unlikelihood if any."""
+    return sums["objective"] if "objective" in sums else sums["loss"]
 
 
 # `train.loss_chunk_tokens = -1` (the default): a piece's float32 logits fill about this much
@@ -97,6 +155,8 @@ def chunked_cross_entropy(
     label_smoothing: float,
     vocab_size: int,
     chunks: int = 1,
+    unlikelihood: float = 0.0,
+    segments: Array | None = None,
 ) -> dict:
     """`cross_entropy` of the logits `hidden @ head^T`, without ever holding them all.
 
@@ -111,22 +171,24 @@ def chunked_cross_entropy(
     excluded: their logits are masked and their gradient is zero.
 
     Only `loss` is differentiable: `nll` and `correct` are metrics (their gradient is stopped).
+    With `unlikelihood` > 0 it is `objective` (loss + alpha x unlikelihood, formed in the same
+    pass: see _piece), and `loss` and `unlikelihood` are metrics as well.
 
     Args:
       hidden: [b, t, m] decoder outputs before the softmax layer (compute dtype).
       head: [V', m] the softmax layer's matrix (V' >= vocab_size rows).
-      targets, weights: [b, t] as in `cross_entropy`.
+      targets, weights, segments: [b, t] as in `cross_entropy`.
 
     Returns:
-      dict of scalar sums as `cross_entropy`: loss, nll, correct, weight.
+      dict of scalar sums as `cross_entropy`: loss, nll, correct, weight (unlikelihood, objective).
     """
-    loss, nll, correct = _fused(hidden, head, targets, weights, label_smoothing, vocab_size, chunks)
-    return {
-        "loss": loss,
-        "nll": jax.lax.stop_gradient(nll),
-        "correct": jax.lax.stop_gradient(correct),
-        "weight": jnp.sum(weights),
-    }
+    static = (label_smoothing, vocab_size, chunks, unlikelihood)
+    obj, loss, nll, correct, unlikely = _fused(hidden, head, targets, weights, segments, *static)
+    stop = jax.lax.stop_gradient
+    sums = {"loss": obj, "nll": stop(nll), "correct": stop(correct), "weight": jnp.sum(weights)}
+    if unlikelihood > 0:
+        sums.update(loss=stop(loss), unlikelihood=stop(unlikely), objective=obj)
+    return sums
 
 
 def _pieces(x: Array, chunks: int) -> Array:
@@ -143,8 +205,10 @@ def _unpieces(x: Array, length: int) -> Array:
     return x.reshape(x.shape[0], -1, *x.shape[3:])[:, :length]
 
 
-def _piece(h, head, targets, weights, label_smoothing, vocab_size, with_grad: bool):
-    """One piece: sums (loss, nll, correct) and, `with_grad`, d loss / d logits [b, c, V']."""
+def _piece(h, head, targets, weights, unlikely, label_smoothing, vocab_size, alpha, with_grad):
+    """One piece: sums (loss, nll, correct, unlikelihood) and, `with_grad`, d objective / d
+    logits [b, c, V']. `unlikely` is None (alpha 0) or (the piece's [b, c, s] candidates from
+    `unlikelihood_candidates`, the whole rows' targets [b, s])."""
     acc = jnp.promote_types(h.dtype, jnp.float32)
     # The product accumulates in float32 and is stored in h's dtype: in bf16 that rounds each
     # logit by at most 2^-9 relative (tests/test_losses.py bounds what that does to the sums);
@@ -180,7 +244,20 @@ def _piece(h, head, targets, weights, label_smoothing, vocab_size, with_grad: bo
     # The target has the largest logit (the max is at hand; an argmax would be another pass
     # over [b, c, V'] and differs only where another token ties with it exactly).
     correct = (true_shifted[..., 0] >= 0).astype(acc)
-    sums = (jnp.sum(smoothed * weights), jnp.sum(nll * weights), jnp.sum(correct * weights))
+    unlikely_sum = jnp.zeros((), acc)
+    if unlikely is not None:
+        cand, row_targets = unlikely
+        # Gathered from the stored logits, as the target's was: [b, c, s].
+        p = jnp.exp(_candidate_log_probs(raw, row_targets).astype(acc) - top - log_sum)
+        rest = 1.0 - p
+        per_token = -jnp.sum(cand * jnp.log(jnp.maximum(rest, UNLIKELY_FLOOR)), -1)
+        unlikely_sum = jnp.sum(per_token * weights)
+    sums = (
+        jnp.sum(smoothed * weights),
+        jnp.sum(nll * weights),
+        jnp.sum(correct * weights),
+        unlikely_sum,
+    )
     if not with_grad:
         return sums, None
     # d smoothed / d logit_v = p_v - q_v, q the smoothed target (0 on padding columns).
@@ -188,17 +265,34 @@ def _piece(h, head, targets, weights, label_smoothing, vocab_size, with_grad: bo
     q = jnp.where(is_target, confidence, low)
     if padded:
         q = jnp.where(real, q, 0.0)
-    d_logits = (jnp.exp(log_probs) - q) * weights[..., None].astype(acc)
-    return sums, d_logits
+    w = weights[..., None].astype(acc)
+    if unlikely is None:
+        return sums, (jnp.exp(log_probs) - q) * w
+    # d -log(1 - p_c) / d logit_v = r_c (1[v = c] - p_v), r_c = p_c / (1 - p_c) (0 where the
+    # floor holds): each candidate's own column gains alpha r_c, every column loses alpha S p_v
+    # with S the sum of r_c. The first is a scatter of [b, c, s] entries, not a [b, c, V'] pass.
+    r = cand * jnp.where(rest > UNLIKELY_FLOOR, p / jnp.maximum(rest, UNLIKELY_FLOOR), 0.0)
+    spread = 1.0 - alpha * jnp.sum(r, -1, keepdims=True)  # [b, c, 1]
+    d_logits = (jnp.exp(log_probs) * spread - q) * w
+    b, c, s = r.shape
+    rows = jnp.broadcast_to(jnp.arange(b)[:, None, None], r.shape)
+    cols = jnp.broadcast_to(jnp.arange(c)[None, :, None], r.shape)
+    columns = jnp.broadcast_to(row_targets[:, None, :], r.shape)
+    return sums, d_logits.at[rows, cols, columns].add(alpha * r * w)
 
 
-def _sums_and_grads(hidden, head, targets, weights, label_smoothing, vocab_size, chunks, grads):
+def _sums_and_grads(hidden, head, targets, weights, segments, static, grads):
+    label_smoothing, vocab_size, chunks, alpha = static
     pieces = (_pieces(hidden, chunks), _pieces(targets, chunks), _pieces(weights, chunks))
+    if alpha > 0:  # each piece's candidates among the whole rows' targets: [chunks, b, c, s]
+        pieces += (_pieces(unlikelihood_candidates(targets, weights, segments), chunks),)
     acc = jnp.promote_types(hidden.dtype, jnp.float32)
 
     def body(d_head_t, xs):
-        h, t, w = xs
-        sums, d_logits = _piece(h, head, t, w, label_smoothing, vocab_size, grads)
+        h, t, w = xs[:3]
+        unlikely = (xs[3], targets) if alpha > 0 else None
+        args = (label_smoothing, vocab_size, alpha, grads)
+        sums, d_logits = _piece(h, head, t, w, unlikely, *args)
         if not grads:
             return d_head_t, (sums, None)
         d_logits = d_logits.astype(h.dtype)
@@ -209,34 +303,36 @@ def _sums_and_grads(hidden, head, targets, weights, label_smoothing, vocab_size,
 
     d_head_t = jnp.zeros(head.shape[::-1], acc) if grads else None
     d_head_t, (sums, d_hidden) = jax.lax.scan(body, d_head_t, pieces)
-    totals = tuple(jnp.sum(s) for s in sums)
+    loss, nll, correct, unlikely = (jnp.sum(s) for s in sums)
+    totals = (loss + alpha * unlikely, loss, nll, correct, unlikely)
     if not grads:
         return totals, None
     return totals, (_unpieces(d_hidden, hidden.shape[1]), d_head_t.T.astype(head.dtype))
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(4, 5, 6))
-def _fused(hidden, head, targets, weights, label_smoothing, vocab_size, chunks):
-    return _sums_and_grads(
-        hidden, head, targets, weights, label_smoothing, vocab_size, chunks, False
-    )[0]
+# -> (objective, loss, nll, correct, unlikelihood): sums; the objective is loss + alpha x
+# unlikelihood, the only one with a gradient.
+@functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6, 7, 8))
+def _fused(hidden, head, targets, weights, segments, label_smoothing, vocab_size, chunks, alpha):
+    static = (label_smoothing, vocab_size, chunks, alpha)
+    return _sums_and_grads(hidden, head, targets, weights, segments, static, False)[0]
 
 
-def _fused_fwd(hidden, head, targets, weights, label_smoothing, vocab_size, chunks):
-    totals, grads = _sums_and_grads(
-        hidden, head, targets, weights, label_smoothing, vocab_size, chunks, True
-    )
-    return totals, (grads, targets, weights)
+def _fused_fwd(hidden, head, targets, weights, segments, label_smoothing, vocab_size, chunks, alpha):
+    static = (label_smoothing, vocab_size, chunks, alpha)
+    totals, grads = _sums_and_grads(hidden, head, targets, weights, segments, static, True)
+    return totals, (grads, weights, segments)
 
 
-def _fused_bwd(label_smoothing, vocab_size, chunks, residuals, cotangents):
-    (d_hidden, d_head), targets, weights = residuals
-    g = cotangents[0]  # nll and correct are stopped: only the loss sends a gradient back
+def _fused_bwd(label_smoothing, vocab_size, chunks, alpha, residuals, cotangents):
+    (d_hidden, d_head), weights, segments = residuals
+    g = cotangents[0]  # the other sums are stopped: only the objective sends a gradient back
     return (
         (g * d_hidden).astype(d_hidden.dtype),
         (g * d_head).astype(d_head.dtype),
         None,
         jnp.zeros_like(weights),
+        None,
     )
 
 

@@ -27,7 +27,13 @@ from tx.config import model_config
 from tx.model.families import build_model
 from tx.tokens import PAD_ID
 from tx.train import sharding
-from tx.train.losses import chunk_tokens, chunked_cross_entropy, chunks_for, cross_entropy
+from tx.train.losses import (
+    chunk_tokens,
+    chunked_cross_entropy,
+    chunks_for,
+    cross_entropy,
+    objective,
+)
 from tx.train.optim import make_optimizer
 
 MODEL_INPUTS = (
@@ -61,6 +67,13 @@ class Trainer:
     label_smoothing: float
     micro_batches: int
     loss_chunk_tokens: int  # 0: the plain loss; > 0: the fused one (tx.train.losses), resolved
+    unlikelihood: float = 0.0  # alpha of token-level unlikelihood (tx.train.losses); 0: none
+
+    @property
+    def sum_keys(self) -> tuple[str, ...]:
+        """The sums a step's loss returns (tx.train.losses.cross_entropy)."""
+        extra = ("unlikelihood", "objective") if self.unlikelihood > 0 else ()
+        return ("loss", "nll", "correct", "weight", *extra)
 
     @property
     def mesh(self):
@@ -111,6 +124,7 @@ def build(
         cfg.train.label_smoothing,
         cfg.train.micro_batches,
         chunk_tokens(cfg.train.loss_chunk_tokens, mc.vocab_rows, layout.platform),
+        cfg.train.unlikelihood,
     )
 
 
@@ -146,6 +160,7 @@ def _loss_sums(trainer: Trainer, params, batch, rng, deterministic: bool):
     rngs = None if deterministic else {"dropout": rng}
     targets = batch["targets"]
     weights = (targets != PAD_ID).astype(jnp.float32)
+    unlikely = dict(unlikelihood=trainer.unlikelihood, segments=batch.get("targets_segments"))
     # A model with `features` (the Transformer) can hand the loss its pre-softmax states.
     if trainer.loss_chunk_tokens > 0 and hasattr(type(trainer.model), "features"):
         states, head = trainer.model.apply(
@@ -165,11 +180,12 @@ def _loss_sums(trainer: Trainer, params, batch, rng, deterministic: bool):
             label_smoothing=trainer.label_smoothing,
             vocab_size=trainer.model.config.vocab_size,
             chunks=chunks_for(per_device, length, trainer.loss_chunk_tokens),
+            **unlikely,
         )
     logits = trainer.model.apply(
         {"params": params}, **inputs, deterministic=deterministic, rngs=rngs
     )
-    return cross_entropy(logits, targets, weights, trainer.label_smoothing)
+    return cross_entropy(logits, targets, weights, trainer.label_smoothing, **unlikely)
 
 
 def _split_micro(batch: dict, k: int, layout: sharding.Layout) -> dict:
@@ -198,7 +214,7 @@ def train_step(trainer: Trainer, state: TrainState, batch: dict):
     def gradient(index, mb):
         def loss_fn(params):
             s = _loss_sums(trainer, params, mb, jax.random.fold_in(step_rng, index), False)
-            return s["loss"] / total_weight, s
+            return objective(s) / total_weight, s
 
         g, s = jax.grad(loss_fn, has_aux=True)(state.params)
         return g, {key: v.astype(jnp.float32) for key, v in s.items()}  # metrics: float32
@@ -212,9 +228,7 @@ def train_step(trainer: Trainer, state: TrainState, batch: dict):
             return jax.tree_util.tree_map(jnp.add, carry, (g, s)), None
 
         zeros = jax.tree_util.tree_map(jnp.zeros_like, state.params)
-        zero_sums = {
-            key: jnp.zeros((), jnp.float32) for key in ("loss", "nll", "correct", "weight")
-        }
+        zero_sums = {key: jnp.zeros((), jnp.float32) for key in trainer.sum_keys}
         micro = _split_micro(batch, k, trainer.layout)
         (grads, sums), _ = jax.lax.scan(accumulate, (zeros, zero_sums), (jnp.arange(k), micro))
 
