@@ -225,8 +225,12 @@ def test_unlikelihood_keeps_packed_sentences_apart():
     logits[0, 3, 4] = logits[0, 4, 4] = 8.0  # "4" likely where the second sentence starts
     with jax.enable_x64(True):
         out = cross_entropy(
-            jnp.array(logits), jnp.array(targets), jnp.array(weights), 0.0,
-            unlikelihood=1.0, segments=jnp.array(segments),
+            jnp.array(logits),
+            jnp.array(targets),
+            jnp.array(weights),
+            0.0,
+            unlikelihood=1.0,
+            segments=jnp.array(segments),
         )
         one_row = cross_entropy(
             jnp.array(logits), jnp.array(targets), jnp.array(weights), 0.0, unlikelihood=1.0

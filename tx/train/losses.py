@@ -318,7 +318,9 @@ def _fused(hidden, head, targets, weights, segments, label_smoothing, vocab_size
     return _sums_and_grads(hidden, head, targets, weights, segments, static, False)[0]
 
 
-def _fused_fwd(hidden, head, targets, weights, segments, label_smoothing, vocab_size, chunks, alpha):
+def _fused_fwd(
+    hidden, head, targets, weights, segments, label_smoothing, vocab_size, chunks, alpha
+):
     static = (label_smoothing, vocab_size, chunks, alpha)
     totals, grads = _sums_and_grads(hidden, head, targets, weights, segments, static, True)
     return totals, (grads, weights, segments)
