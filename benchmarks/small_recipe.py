@@ -3,6 +3,7 @@
     python benchmarks/small_recipe.py --corpus /tmp/corpus-enfr-87k --run /tmp/small \
         [--minutes 60] [--budgets 10,30,60] [--src en --tgt fr] [--set KEY=VALUE ...]
     python benchmarks/small_recipe.py --corpus ... --run /tmp/small --log RUN.log   (no training)
+    python benchmarks/small_recipe.py --corpus ... --run /tmp/small --steps 2450,3000 (no training)
 
 The corpus is what benchmarks/real_corpus.py writes (<corpus>/{train,dev,test}.{src,tgt}).
 Training runs `python -m tx train --config configs/small.py` for --minutes (train.max_minutes)
@@ -16,7 +17,8 @@ Printed and saved (benchmarks/results/small_recipe.json, or small_recipe_en-nl.j
 built with --pair en-nl, and so on): per budget the step reached, the minutes of training,
 averaging and evaluating, test sacreBLEU, chrF, the paper's tokenized BLEU, the sentences with a
 repetition loop, and the dev scores logged up to then (--name NAME: NAME.json instead, to keep
-an earlier run's figures).
+an earlier run's figures). --steps evaluates a finished run's windows ending at those steps
+(by steps, not minutes: no log needed), each the same way.
 
 Measured with nothing else running on the machine: other work on the cores slows the steps and
 moves every budget's step back.
@@ -89,9 +91,9 @@ def timeline(log: str) -> tuple[int, list[tuple[int, int]], list[tuple[int, int,
     return start, steps, devs
 
 
-def budget_workdir(run: str, minutes: int, step: int, every: int, last: int) -> str:
-    """RUN-B/ with the vocabulary, config and the `last` checkpoints up to `step`."""
-    target = f"{run.rstrip('/')}-{minutes}"
+def budget_workdir(run: str, tag, step: int, every: int, last: int) -> str:
+    """RUN-tag/ with the vocabulary, config and the `last` checkpoints up to `step`."""
+    target = f"{run.rstrip('/')}-{tag}"
     shutil.rmtree(target, ignore_errors=True)
     os.makedirs(os.path.join(target, "checkpoints"))
     for name in ("spm.model", "vocab.sha256", "config.json"):
@@ -113,19 +115,29 @@ def tx(*argv) -> tuple[str, float]:
 
 
 def evaluate_budget(run: str, minutes: int, start: int, steps, devs) -> dict:
-    with open(os.path.join(run, "config.json")) as f:
-        cfg = json.load(f)
-    every, last = cfg["train"]["checkpoint_every_steps"], cfg["decode"]["average_last"]
+    every = run_config(run)["train"]["checkpoint_every_steps"]
     reached = [s for t, s in steps if t <= start + 60 * minutes]
     if not reached:
         return {"minutes": minutes, "step": 0, "note": "no step within the budget"}
     step = reached[-1] // every * every  # the last step-spaced checkpoint by then
-    workdir = budget_workdir(run, minutes, step, every, last)
+    dev = [f"step {s}: {text}" for t, s, text in devs if t <= start + 60 * minutes]
+    return {"minutes": minutes, **evaluate_window(run, minutes, step), "dev": dev}
+
+
+def run_config(run: str) -> dict:
+    with open(os.path.join(run, "config.json")) as f:
+        return json.load(f)
+
+
+def evaluate_window(run: str, tag, step: int) -> dict:
+    """The user's `average` and `evaluate` on the last checkpoints up to `step`, in RUN-tag/."""
+    cfg = run_config(run)
+    every, last = cfg["train"]["checkpoint_every_steps"], cfg["decode"]["average_last"]
+    workdir = budget_workdir(run, tag, step, every, last)
     averaged, avg_secs = tx("average", "--workdir", workdir)
     scores, eval_secs = tx("evaluate", "--workdir", workdir, "--split", "test", "--json")
     scores = json.loads(scores)
     return {
-        "minutes": minutes,
         "step": step,
         "averaged": json.loads(averaged)["steps"],
         "average_secs": round(avg_secs, 1),
@@ -135,7 +147,6 @@ def evaluate_budget(run: str, minutes: int, start: int, steps, devs) -> dict:
         "test_tok_bleu": round(scores["tok_bleu"], 2),
         "repetition_loops": scores["repetition_loops"],
         "sentences": scores["num_sentences"],
-        "dev": [f"step {s}: {text}" for t, s, text in devs if t <= start + 60 * minutes],
     }
 
 
@@ -148,6 +159,7 @@ def main() -> None:
     p.add_argument("--src", default="en")
     p.add_argument("--tgt", default="fr")
     p.add_argument("--log", help="evaluate an earlier run from its time-stamped log")
+    p.add_argument("--steps", help="evaluate an earlier run at these steps, comma-separated")
     p.add_argument(
         "--name", help="the results file's name (default small_recipe, or small_recipe_<pair>)"
     )
@@ -159,21 +171,30 @@ def main() -> None:
         help="a config override for the training run (repeatable), e.g. data.tokens_per_step=1024",
     )
     args = p.parse_args()
-    log = args.log or train(args)
-    start, steps, devs = timeline(log)
     rows = []
-    for minutes in (int(b) for b in args.budgets.split(",")):
-        rows.append(evaluate_budget(args.run, minutes, start, steps, devs))
-        print(json.dumps(rows[-1]))
+    if args.steps:
+        log, command = None, f"an earlier run: {args.run}/config.json"
+        for step in (int(s) for s in args.steps.split(",")):
+            rows.append(evaluate_window(args.run, f"s{step}", step))
+            print(json.dumps(rows[-1]))
+    else:
+        log = args.log or train(args)
+        start, steps, devs = timeline(log)
+        for minutes in (int(b) for b in args.budgets.split(",")):
+            rows.append(evaluate_budget(args.run, minutes, start, steps, devs))
+            print(json.dumps(rows[-1]))
+        with open(log, encoding="utf-8") as f:  # "EPOCH started COMMAND": its overrides
+            command = f.readline().split(" started ", 1)[-1].strip()
     with open(os.path.join(args.corpus, "SOURCES.json")) as f:
         corpus = {k: v for k, v in json.load(f).items() if k in ("pair", "built_by", "splits")}
     corpus["copy_source_test_bleu"] = round(copy_bleu(args.run), 2)
-    with open(log, encoding="utf-8") as f:  # "EPOCH started COMMAND": the overrides it ran with
-        command = f.readline().split(" started ", 1)[-1].strip()
     name = args.name or (
         "small_recipe" if corpus["pair"] == "en-fr" else f"small_recipe_{corpus['pair']}"
     )
-    save(name, {"corpus": corpus, "log": log, "command": command, "budgets": rows})
+    trained = run_config(args.run)["train"]  # what the run trained with, overrides included
+    save(
+        name, {"corpus": corpus, "log": log, "command": command, "train": trained, "budgets": rows}
+    )
 
 
 def copy_bleu(run: str) -> float:
