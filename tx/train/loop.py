@@ -350,6 +350,8 @@ class _Window:
     def _sums(self) -> tuple[dict, float]:
         """Sums over the pending steps of the scalar metrics, and their model FLOPs."""
         keys = ("loss", "nll", "weight", "src_tokens")
+        if self.items and "unlikelihood" in self.items[0][1]:  # train.unlikelihood > 0
+            keys += ("unlikelihood",)
         per_step = [({k: float(m[k]) for k in keys}, lengths) for _, m, lengths in self.items]
         sums = {k: sum(m[k] for m, _ in per_step) for k in keys}
         flops = sum(self.flops_fn(m["src_tokens"], m["weight"], *ls) for m, ls in per_step)
@@ -370,8 +372,10 @@ class _Window:
         lr = float(self.items[-1][1]["learning_rate"])
         n, self.items = len(self.items), []
         w = max(sums["weight"], 1.0)
+        extra = {"unlikelihood": sums["unlikelihood"] / w} if "unlikelihood" in sums else {}
         return {
             "loss": sums["loss"] / w,
+            **extra,
             "perplexity": math.exp(sums["nll"] / w),
             "learning_rate": lr,
             "src_tokens_per_step": sums["src_tokens"] / n,

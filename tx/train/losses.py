@@ -81,7 +81,9 @@ def cross_entropy(
         alpha x unlikelihood, what training differentiates). segments: [b, t] or None.
 
     Returns:
-      dict of scalar sums: loss, nll, correct (argmax == target), weight (number of tokens).
+      dict of scalar sums: loss, nll, correct (argmax == target), weight (number of tokens);
+      with `unlikelihood` > 0 also unlikelihood (the sum of -log(1 - p(c)) over candidates) and
+      objective.
     """
     vocab_size = logits.shape[-1]
     # float32 at least (float64 stays: the equivalence tests run in float64).
@@ -323,11 +325,11 @@ def _fused_fwd(
 ):
     static = (label_smoothing, vocab_size, chunks, alpha)
     totals, grads = _sums_and_grads(hidden, head, targets, weights, segments, static, True)
-    return totals, (grads, weights, segments)
+    return totals, (grads, weights)
 
 
 def _fused_bwd(label_smoothing, vocab_size, chunks, alpha, residuals, cotangents):
-    (d_hidden, d_head), weights, segments = residuals
+    (d_hidden, d_head), weights = residuals
     g = cotangents[0]  # the other sums are stopped: only the objective sends a gradient back
     return (
         (g * d_hidden).astype(d_hidden.dtype),

@@ -154,13 +154,13 @@ def abstract_train_state(trainer: Trainer) -> TrainState:
     return trainer.abstract_state
 
 
-def _loss_sums(trainer: Trainer, params, batch, rng, deterministic: bool):
+def _loss_sums(trainer: Trainer, params, batch, rng, deterministic: bool, unlikelihood=0.0):
     """Summed losses of one (micro-)batch; the model sees only its own inputs."""
     inputs = {k: batch[k] for k in MODEL_INPUTS if k in batch}
     rngs = None if deterministic else {"dropout": rng}
     targets = batch["targets"]
     weights = (targets != PAD_ID).astype(jnp.float32)
-    unlikely = dict(unlikelihood=trainer.unlikelihood, segments=batch.get("targets_segments"))
+    unlikely = dict(unlikelihood=unlikelihood, segments=batch.get("targets_segments"))
     # A model with `features` (the Transformer) can hand the loss its pre-softmax states.
     if trainer.loss_chunk_tokens > 0 and hasattr(type(trainer.model), "features"):
         states, head = trainer.model.apply(
@@ -213,7 +213,8 @@ def train_step(trainer: Trainer, state: TrainState, batch: dict):
 
     def gradient(index, mb):
         def loss_fn(params):
-            s = _loss_sums(trainer, params, mb, jax.random.fold_in(step_rng, index), False)
+            rng = jax.random.fold_in(step_rng, index)
+            s = _loss_sums(trainer, params, mb, rng, False, trainer.unlikelihood)
             return objective(s) / total_weight, s
 
         g, s = jax.grad(loss_fn, has_aux=True)(state.params)
@@ -256,7 +257,8 @@ def train_step(trainer: Trainer, state: TrainState, batch: dict):
 
 
 def eval_step(trainer: Trainer, params, batch: dict) -> dict:
-    """Summed dev loss, NLL (for per-token perplexity), correct tokens and token count."""
+    """Summed dev loss, NLL (for per-token perplexity), correct tokens and token count: the
+    cross-entropy only, with or without `train.unlikelihood`."""
     return _loss_sums(trainer, params, batch, None, True)
 
 
