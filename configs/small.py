@@ -10,27 +10,27 @@ Hardware:  2 CPU cores: training stops at 27 minutes (train.max_minutes, dev eva
            included), leaving `average` and `evaluate` room within 30, or once 3 dev
            evaluations in a row have not beaten the best dev loss.
 Expected:  on 87,000 pairs of real English->French interface text
-           (python benchmarks/real_corpus.py --train-pairs 87000), test sacreBLEU by minutes
-           of training, two runs of python benchmarks/small_recipe.py (2026-12-03, 2 cores of
-           an AMD EPYC; the same numbers step for step, the machine faster in the first hour):
+           (python benchmarks/real_corpus.py --train-pairs 87000), one 30-minute run of
+           python benchmarks/small_recipe.py (2026-12-05, 2 cores of an AMD EPYC, 0.35 s a
+           step), at each budget the last 5 checkpoints averaged (average 2 s, evaluate 40 s):
 
-             budget  steps          sacreBLEU    chrF         loops in 1,000  dev loss (step)
-             10 min    600          16.0         35.0         109             3.46 (400)
-             20 min  1,300 / 1,250  28.7 / 28.2  50.3 / 49.7   15 / 25        2.26 (1,200)
-             30 min  2,050 / 1,850  34.1 / 33.2  55.7 / 54.5    6 / 4         1.94 (2,000) / 2.01
-           (copying the source: 10.1; the second run's last dev loss at step 1,800), last 5
-           checkpoints averaged (evaluate: 83-123 s).
-           English->Dutch, 87,000 pairs from the same catalogues (real_corpus.py --pair en-nl),
-           one run of 90 minutes in a fast hour (2026-12-04): at 10 / 30 / 60 / 90 minutes
-           steps 800 / 2,650 / 5,300 / 8,050, sacreBLEU 25.4 / 37.5 / 39.4 / 39.3, chrF 46.4 /
-           59.9 / 61.5 / 61.0, 41 / 7 / 12 / 5 loops (copying the source: 14.5). Its dev loss
-           was best at step 3,400 (1.924) and the default patience stops such a run at 4,000
-           (45 minutes): 39.1 sacreBLEU, chrF 61.4, 4 loops. In a slow hour (2026-12-03) 30
-           minutes were 1,900 steps: 36.4 sacreBLEU, 11 loops. On 2026-12-05 the same cores ran
-           a step in 0.31 s and 30 minutes were 5,400 steps (the minutes a budget buys vary
-           threefold; steps are the measure that travels): windows of that run from step 2,450
-           to 5,400 scored 37.9-40.0 sacreBLEU with 4-9 loops (README, by steps). Loop counts
-           move by several between runs and windows of like quality (16-18 at step 1,400).
+             budget  steps  sacreBLEU  chrF  loops in 1,000  dev loss (step)
+              5 min    800  20.6       42.3  28              2.64 (800)
+             10 min  1,650  31.0       52.8   3              2.11 (1,600)
+             15 min  2,500  35.3       56.8   3              1.91 (2,400)
+             20 min  3,400  36.9       58.2   2              1.83 (3,400)
+             25 min  4,250  37.7       58.8   0              1.83 (4,200)
+             30 min  5,100  38.3       59.1   2              1.84 (5,000)
+           (copying the source: 10.1; the dev loss best at 4,000, 1.813: patience 3 stops at
+           4,600). The minutes a budget buys vary threefold with the machine's hour (the same
+           cores ran 1,850-2,050 steps in 30 minutes on 2026-12-03): steps travel, minutes do
+           not. English->Dutch from the same catalogues (real_corpus.py --pair en-nl), one run
+           of 5,400 steps (README, by steps): 25.6 / 33.5 / 37.5 / 39.8 sacreBLEU at 800 / 1,400
+           / 2,450 / 5,400 steps with 14 / 8 / 4 / 3 loops (copying the source: 14.5); without
+           unlikelihood training (a run of the same day) 25.1 / 37.9 / 40.0 with 44 / 6 / 6 loops
+           at 800 / 2,450 / 5,400. A 90-minute run without it (2026-12-04) had 39.3-39.4 at 5,300
+           and 8,050 steps: on this corpus time past 30 minutes buys little.
+           Earlier recipes on EN-FR at 10 / 20 / 30 minutes, in slower hours (2026-12-03):
            With 3+3 layers instead of 4+2: 12.4 / 27.0 / 33.1 with 124 / 37 / 7 loops at 450 /
            1,050 / 1,700 steps. The recipe before that (warm-up 400, dev BLEU every 1,000
            steps, a dev loss every 100) gave 10.0 / 25.4 / 30.4 with 122 / 33 / 12 loops at 450
