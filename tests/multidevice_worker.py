@@ -114,10 +114,14 @@ MESHES = (((8, 1, 1), 1), ((4, 2, 1), 1), ((2, 2, 2), 1), ((1, 1, 8), 1), ((4, 2
 FEW_MESHES = (((2, 2, 2), 2),)
 
 
-def equivalence_run(out, seed="0", meshes="all"):
+def equivalence_run(out, seed="0", meshes="all", unlikelihood="0"):
     """Each mesh against one device with the same micro-batches (dropout masks depend on
-    them): the largest loss / gradient / parameter errors. `meshes`: "all" or "few"."""
+    them): the largest loss / gradient / parameter errors. `meshes`: "all" or "few";
+    `unlikelihood`: train.unlikelihood (its scatter into vocabulary columns that the tensor
+    axis shards)."""
     seed = int(seed)
+    if float(unlikelihood):
+        MODEL["overrides"] = [*MODEL["overrides"], f"train.unlikelihood={float(unlikelihood)}"]
     refs = {}
     report = {}
     for shape, micro in MESHES if meshes == "all" else FEW_MESHES:

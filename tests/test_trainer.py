@@ -65,6 +65,25 @@ def test_fused_loss_in_pieces_trains_as_the_plain_loss(tiny, unlikelihood):
     assert errors["params_per_step"] <= equivalence.PARAM_STEP_TOL, errors
 
 
+def test_unlikelihood_reaches_the_train_step_and_changes_only_its_gradient(tiny):
+    """train.unlikelihood = 1: the step reports the term (> 0: _batch's random targets repeat
+    tokens within a row) and its gradient moves away from the plain objective's, while the
+    loss it reports stays the cross-entropy (the same forward pass, float32: equal to rounding)."""
+    out = {}
+    for ul in (0.0, 1.0):
+        cfg = tiny(f"train.unlikelihood={ul}", "model.dropout_rate=0.0")
+        trainer = build(cfg, optimizer=equivalence.sgd_keeping_gradients())
+        assert trainer.unlikelihood == ul
+        state = create_train_state(trainer, seed=0)
+        state, metrics = jit_train_step(trainer)(state, trainer.layout.global_batch(_batch()))
+        out[ul] = (metrics, equivalence.flat(equivalence.gradient_of(state)))
+    (plain, plain_grads), (with_ul, ul_grads) = out[0.0], out[1.0]
+    assert "unlikelihood" not in plain and float(with_ul["unlikelihood"]) > 0
+    assert float(with_ul["loss"]) == pytest.approx(float(plain["loss"]), rel=1e-5)
+    moved = [k for k, g in plain_grads.items() if not np.allclose(g, ul_grads[k], atol=0)]
+    assert moved, "the unlikelihood term left every gradient as it was"
+
+
 def test_train_step_rejects_non_finite_update(tiny):
     trainer = build(tiny())
     state = create_train_state(trainer, seed=0)
