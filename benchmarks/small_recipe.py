@@ -124,6 +124,14 @@ def evaluate_budget(run: str, minutes: int, start: int, steps, devs) -> dict:
     return {"minutes": minutes, **evaluate_window(run, minutes, step), "dev": dev}
 
 
+def dev_losses(run: str, step: int) -> list[str]:
+    """The run's dev losses up to `step`, as its log words them, from its TensorBoard events."""
+    from tx.viz.events import read_scalars
+
+    steps, losses = read_scalars(run)["dev/loss"]
+    return [f"step {s}: dev loss {v:.3f}" for s, v in zip(steps, losses, strict=True) if s <= step]
+
+
 def run_config(run: str) -> dict:
     with open(os.path.join(run, "config.json")) as f:
         return json.load(f)
@@ -172,10 +180,12 @@ def main() -> None:
     )
     args = p.parse_args()
     rows = []
-    if args.steps:
+    if args.steps:  # each row with the dev losses up to its step, from the run's TensorBoard
         log, command = None, f"an earlier run: {args.run}/config.json"
         for step in (int(s) for s in args.steps.split(",")):
-            rows.append(evaluate_window(args.run, f"s{step}", step))
+            rows.append(
+                {**evaluate_window(args.run, f"s{step}", step), "dev": dev_losses(args.run, step)}
+            )
             print(json.dumps(rows[-1]))
     else:
         log = args.log or train(args)

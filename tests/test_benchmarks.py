@@ -64,3 +64,23 @@ def test_small_recipe_reads_a_budget_from_the_time_stamped_log(root, tmp_path, m
     row = small_recipe.evaluate_budget(str(run), 4, start, steps, devs)  # 240 s: step 100
     assert row["step"] == 100 and calls[0][2:] == (100, 50, 5)
     assert row["dev"] == ["step 100: dev loss 5.594 | dev perplexity 627.17 | dev accuracy 0.139"]
+
+
+def test_small_recipe_by_steps_reads_the_dev_losses_from_the_runs_tensorboard(
+    root, tmp_path, monkeypatch
+):
+    """`--steps` has no log: each row's dev losses up to its step come from W/tensorboard/."""
+    monkeypatch.syspath_prepend(str(root / "benchmarks"))
+    import small_recipe
+
+    from tx import workdir as wd
+    from tx.train.monitor import Summaries
+
+    summaries = Summaries(wd.tensorboard_dir(str(tmp_path)), enabled=True)
+    for step, loss in ((200, 4.9921), (400, 3.7151), (600, 3.08)):
+        summaries.scalars(step, {"dev/loss": loss, "train/loss": 9.0})
+    summaries.close()
+    assert small_recipe.dev_losses(str(tmp_path), 400) == [
+        "step 200: dev loss 4.992",
+        "step 400: dev loss 3.715",
+    ]
