@@ -161,16 +161,16 @@ def get_config():
     t.label_smoothing = 0.1  # the paper's, and fairseq's
     # Token-level unlikelihood (Welleck et al. 2020, "Neural Text Generation with Unlikelihood
     # Training"; tx.train.losses) with weight 1, theirs: training pushes down a token that came
-    # earlier in the target sentence where the reference does not repeat it, in proportion to
-    # p / (1 - p), so only confident repeats, the start of a loop. The search stays the
-    # paper's. One EN-NL run against the 2026-12-05 one without (both 5,400 steps in 30
-    # minutes), last 5 averaged at the same steps: at 2,450 / 3,000 / 3,350 / 3,550 / 3,900 /
-    # 4,650 / 5,050 / 5,400, test sentences with a loop 4 / 6 / 4 / 4 / 4 / 6 / 6 / 3 against
-    # 6 / 6 / 9 / 4 / 8 / 5 / 8 / 6 (37 against 52 in all), sacreBLEU 37.5-39.8 against
-    # 37.9-40.0 (0.3 lower on average); at 1,400 and 2,000 steps 33.5 and 36.1 with 8 and 5
-    # loops (not measured without). The dev loss (cross-entropy) kept level: 2.080 against
-    # 2.071 at step 2,000. A step cost no more (0.31 s both). One run each: suggestive, as
-    # loop counts go (they move by several between windows), not proof.
+    # earlier in the target sentence where the reference does not repeat it, with a slope
+    # 1 / (1 - p) in its probability p: steep for confident repeats, the start of a loop. The
+    # search stays the paper's. One EN-NL run against the 2026-12-05 one without (both 5,400
+    # steps in 30 minutes), last 5 averaged at the same steps: at 800 steps 14 test sentences
+    # with a loop against 44 (sacreBLEU 25.6 against 25.1); at 2,450 / 3,000 / 3,350 / 3,550 /
+    # 3,900 / 4,650 / 5,050 / 5,400, 4 / 6 / 4 / 4 / 4 / 6 / 6 / 3 against 6 / 6 / 9 / 4 / 8 /
+    # 5 / 8 / 6 (37 against 52 in all), sacreBLEU 37.5-39.8 against 37.9-40.0 (0.3 lower on
+    # average). The dev loss (cross-entropy) kept level: 2.080 against 2.071 at step 2,000. A
+    # step cost no more (0.31 s both). One run each: suggestive, as loop counts go (they move
+    # by several between windows), not proof.
     t.unlikelihood = 1.0
     t.checkpoint_every_secs = 0
     t.checkpoint_every_steps = 50  # averaging window: the last 5, 250 steps

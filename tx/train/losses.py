@@ -2,9 +2,10 @@
 
 Optionally with token-level unlikelihood (Welleck et al. 2020, "Neural Text Generation with
 Unlikelihood Training", section 5.1): at each target position, -log(1 - p(c)) for every token c
-that came earlier in the same target sentence and is not the one due there. It pushes down only
-what the model believes strongly (the gradient through a candidate is p(c) / (1 - p(c))): a
-word or piece repeated where the reference does not repeat it, the start of a repetition loop.
+that came earlier in the same target sentence and is not the one due there. Its slope in p(c)
+is 1 / (1 - p(c)), steep only where the model is already sure of a repeat the reference does
+not make, the start of a repetition loop; through the logits it pushes the candidate's own
+down by p(c) and hands that mass to the others.
 The paper's objective has none (`train.unlikelihood = 0`).
 """
 
