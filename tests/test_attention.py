@@ -63,8 +63,7 @@ def test_teacher_forced_weights_are_the_ones_incremental_decoding_used(run):
             encoded,
             inputs,
             previous[:, step : step + 1],
-            incremental=True,
-            method=Transformer.decode,
+            method=Transformer.step,
             mutable=["cache", "intermediates"],
         )
         cache, sown = state["cache"], state["intermediates"]["decoder"]

@@ -11,7 +11,7 @@ from tx.config import ConfigError, load_config, model_config, split_config_args
 from tx.model.counting import analytic_param_count, param_counts, train_flops_per_step
 from tx.model.families import FAMILIES
 from tx.model.rnn_config import RNNConfig
-from tx.model.shell import ConfigShell
+from tx.model.family_base import ConfigShell
 
 CONFIGS = pathlib.Path(__file__).resolve().parents[1] / "configs"
 

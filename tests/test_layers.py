@@ -1,21 +1,17 @@
-"""Numeric tests of the building blocks (tx.model.layers, tx.model.attention) against the paper's
-formulas and plain NumPy."""
+"""Numeric tests of the building blocks (tx.model.layers, kernels, attention) against the
+paper's formulas and plain NumPy."""
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import tx.model.attention
+import tx.model.kernels
 import tx.model.layers
 import tx.model.splash
 import tx.model.transformer
-from tx.model.attention import (
-    MultiHeadAttention,
-    attention_logits,
-    dot_product_attention,
-    merge_heads,
-)
+from tx.model.attention import MultiHeadAttention, merge_heads
+from tx.model.kernels import attention_logits, dot_product_attention
 from tx.model.layers import Embed, FeedForward, LayerNorm, layer_norm, sinusoidal_encoding
 
 U32 = 2.0**-24  # unit roundoff of float32 (round to nearest)
@@ -128,7 +124,7 @@ def test_attention_takes_its_logits_from_attention_logits(valid_keys, monkeypatc
     v = jnp.asarray(rng.normal(size=(1, 4, 2, 3)), jnp.float32)  # [b, k, h, v]
     mask = jnp.arange(4)[None, None, None, :] < valid_keys  # [1, 1, 1, k]
     monkeypatch.setattr(
-        tx.model.attention, "attention_logits", lambda q, k, cached=False: jnp.zeros((1, 2, 3, 4))
+        tx.model.kernels, "attention_logits", lambda q, k, cached=False: jnp.zeros((1, 2, 3, 4))
     )
     got = dot_product_attention(q, k, v, mask)
     expected = np.asarray(v)[:, :valid_keys].mean(1, keepdims=True)  # [b, 1, h, v]
@@ -161,12 +157,12 @@ def test_multihead_attention_projections_match_numpy():
     mha = MultiHeadAttention(h, dk, dv, m)
     params = jax.tree_util.tree_map(
         lambda p: p.unbox() if hasattr(p, "unbox") else p,
-        mha.init(jax.random.PRNGKey(0), x, x, None, deterministic=True)["params"],
+        mha.init(jax.random.PRNGKey(0), x, x, None)["params"],
         is_leaf=lambda p: hasattr(p, "unbox"),
     )
     assert params["query"].shape == (m, h, dk) and params["value"].shape == (m, h, dv)
     assert params["out"].shape == (h, dv, m)
-    got = mha.apply({"params": params}, x, x, None, deterministic=True)
+    got = mha.apply({"params": params}, x, x, None)
     q = np.einsum("blm,mhd->blhd", x, params["query"])
     k = np.einsum("blm,mhd->blhd", x, params["key"])
     v = np.einsum("blm,mhd->blhd", x, params["value"])
@@ -273,9 +269,9 @@ def test_fused_attention_equals_the_explicit_one(dtype, tol):
     segments = jnp.array([[1, 1, 1, 2, 2, 2, 2, 0, 0]] * 3)
     packed = (segments[:, :7, None] == segments[:, None, :]) & (segments[:, None, :] > 0)
     for mask in (padding, causal & padding, packed[:, None]):
-        want = tx.model.attention.dot_product_attention(query, key, value, mask)
-        masking = tx.model.attention.Masking(mask)
-        got = tx.model.attention.fused_attention(query, key, value, masking, "xla")
+        want = tx.model.kernels.dot_product_attention(query, key, value, mask)
+        masking = tx.model.kernels.Masking(mask)
+        got = tx.model.kernels.fused_attention(query, key, value, masking, "xla")
         real = np.asarray(mask.any(-1)).transpose(0, 2, 1)[..., None]  # queries with a key
         diff = np.abs(np.asarray(got, np.float32) - np.asarray(want, np.float32)) * real
         assert diff.max() <= tol, diff.max()
@@ -292,9 +288,9 @@ def test_lengths_say_what_the_mask_says():
         mask = (real[:, None, :] & real[:, :, None])[:, None]
         if causal:
             mask = mask & jnp.tril(jnp.ones((9, 9), bool))
-        want = tx.model.attention.dot_product_attention(query, key, value, mask)
-        masking = tx.model.attention.Masking(None, (lengths, lengths), causal)
-        got = tx.model.attention.fused_attention(query, key, value, masking, "xla")
+        want = tx.model.kernels.dot_product_attention(query, key, value, mask)
+        masking = tx.model.kernels.Masking(None, (lengths, lengths), causal)
+        got = tx.model.kernels.fused_attention(query, key, value, masking, "xla")
         np.testing.assert_allclose(
             np.asarray(got) * np.asarray(real)[:, :, None, None],
             np.asarray(want) * np.asarray(real)[:, :, None, None],
@@ -328,7 +324,7 @@ def test_splash_attention_equals_the_explicit_one(case):
     real = jnp.asarray(q_ids > 0)[:, :, None, None]
 
     def explicit(q, k, v):
-        return jnp.where(real, tx.model.attention.dot_product_attention(q, k, v, mask), 0.0)
+        return jnp.where(real, tx.model.kernels.dot_product_attention(q, k, v, mask), 0.0)
 
     def splash(q, k, v):
         out = tx.model.splash.splash_attention(q, k, v, (q_ids, k_ids), causal, interpret=True)
@@ -344,7 +340,7 @@ def test_splash_attention_equals_the_explicit_one(case):
 
 
 def test_attention_impl_resolution():
-    resolve = tx.model.attention.attention_impl
+    resolve = tx.model.kernels.attention_impl
     assert resolve("auto", jnp.bfloat16, 64, 64, "gpu") == "cudnn"
     assert resolve("auto", jnp.float32, 64, 64, "gpu") == "xla"  # cuDNN's kernel is bf16/fp16
     assert resolve("auto", jnp.bfloat16, 64, 64, "tpu") == "splash"

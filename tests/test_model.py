@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from flax import linen as nn
 
-from tx.model.shell import shift_right
+from tx.model.family_base import shift_right
 from tx.model.transformer import Transformer
 from tx.model.transformer_config import ModelConfig
 from tx.model.transformer_decoding import incremental_decoder
@@ -245,7 +245,7 @@ def test_dropout_is_active_only_in_training():
 @pytest.mark.parametrize("packed", [False, True])
 def test_attention_implementations_compute_the_same_model(packed):
     """attention_impl "xla" (jax.nn.dot_product_attention; lengths for unpacked rows) and
-    "explicit" (the weights formed in tx.model.attention) on the same parameters: the same function
+    "explicit" (the weights formed in tx.model.kernels) on the same parameters: the same function
     with reductions in another order, so within LOGITS_ATOL (observed 0 on a CPU: seeds 0-4,
     2 threads and taskset -c 0)."""
     model, params = make(attention_impl="explicit")

@@ -177,8 +177,7 @@ def test_per_sentence_cross_attention_equals_a_copy_per_row():
             encoded,
             rows,
             ids,
-            incremental=True,
-            method=Transformer.decode,
+            method=Transformer.step,
             mutable=["cache"],
         )
         return logits[:, 0], v["cache"]

@@ -1,11 +1,14 @@
 """The model wing: what a translation model is, independent of data, training and search.
 
-    layers.py                embeddings, positional encodings, feed-forward, LayerNorm, dropout
-    attention.py             multi-head attention (explicit and fused), masking, the cache layout
-    shell.py                 what every family shares: the config base (from_dict, dtypes,
+    layers.py                the model's modes, embeddings, positional encodings, feed-forward,
+                             LayerNorm, dropout
+    splash.py                the Pallas splash attention kernel (TPU)
+    kernels.py               how attention is computed: the kernel chosen, masking forms
+    attention.py             multi-head attention: projections, modes, the decoding cache
+    family_base.py           what every family shares: the config base (from_dict, dtypes,
                              vocabulary rows, checks), shift_right, reorder_cache
     transformer_config.py    the Transformer's frozen ModelConfig, its parameter and FLOP counts
-    transformer.py           the Transformer (encoder and decoder stacks, encode / decode)
+    transformer.py           the Transformer (encoder and decoder stacks, encode / decode / step)
     transformer_decoding.py  its incremental decoding: the KV cache (init, resize), the decoder
     cells.py                 the recurrent cells (LSTM / GRU / tanh) and their layers
     rnn_config.py            the recurrent family's frozen RNNConfig, its parameter and FLOP counts

@@ -14,7 +14,7 @@ import numpy as np
 from flax import linen as nn
 
 from tx.model.families import build_model, family
-from tx.model.shell import ConfigShell
+from tx.model.family_base import ConfigShell
 
 
 def abstract_params(config: ConfigShell):

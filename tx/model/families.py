@@ -14,15 +14,17 @@ keep their meaning (and a resumed workdir its saved `model` section).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
-from typing import Any, NamedTuple
+from typing import Any
 
 from flax import linen as nn
 
 from tx.model import rnn, rnn_config, transformer, transformer_config, transformer_decoding
 
 
-class Family(NamedTuple):
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Family:
     config: type  # frozen dataclass with from_dict(section)
     module: type  # flax module taking that config
     # (model, params, inputs, width, max_len) -> (tokens_to_logits, cache, reorder_cache)
@@ -39,22 +41,22 @@ class Family(NamedTuple):
 
 FAMILIES = {
     "transformer": Family(
-        transformer_config.ModelConfig,
-        transformer.Transformer,
-        transformer_decoding.incremental_decoder,
-        True,
-        transformer_decoding.resize_cache,
-        transformer_config.param_count,
-        transformer_config.train_flops,
+        config=transformer_config.ModelConfig,
+        module=transformer.Transformer,
+        incremental_decoder=transformer_decoding.incremental_decoder,
+        rows_independent=True,
+        resize_cache=transformer_decoding.resize_cache,
+        param_count=transformer_config.param_count,
+        train_flops=transformer_config.train_flops,
     ),
     "rnn": Family(
-        rnn_config.RNNConfig,
-        rnn.RNNSeq2Seq,
-        rnn.incremental_decoder,
-        False,
-        None,
-        rnn_config.param_count,
-        rnn_config.train_flops,
+        config=rnn_config.RNNConfig,
+        module=rnn.RNNSeq2Seq,
+        incremental_decoder=rnn.incremental_decoder,
+        rows_independent=False,
+        resize_cache=None,
+        param_count=rnn_config.param_count,
+        train_flops=rnn_config.train_flops,
     ),
 }
 DEFAULT = "transformer"

@@ -14,6 +14,7 @@ Shape letters used in einsums and comments:
 
 from __future__ import annotations
 
+import enum
 import functools
 from typing import Any
 
@@ -27,6 +28,30 @@ Dtype = Any
 
 # Glorot-uniform over a [fan_in, fan_out] kernel.
 _glorot = nn.initializers.variance_scaling(1.0, "fan_avg", "uniform")
+
+
+class Mode(enum.Enum):
+    """What a pass of the Transformer is for: its layers read this one value, not flags.
+
+    TRAIN  whole sequences, teacher-forced, dropout on (the train step)
+    SCORE  whole sequences, teacher-forced, no dropout (dev loss, scoring, attention maps)
+    PRIME  the encoder output projected into the cross-attention cache, once a sentence
+    STEP   one new position per row against the cache (a search step)
+    """
+
+    TRAIN = "train"
+    SCORE = "score"
+    PRIME = "prime"
+    STEP = "step"
+
+    @classmethod
+    def teacher_forced(cls, deterministic: bool) -> Mode:
+        return cls.SCORE if deterministic else cls.TRAIN
+
+    @property
+    def deterministic(self) -> bool:
+        """No dropout: every mode but TRAIN."""
+        return self is not Mode.TRAIN
 
 
 def at_least_float32(dtype) -> jnp.dtype:
@@ -61,15 +86,13 @@ class Dropout(nn.Module):
     exactly.
 
     How the bits are drawn depends on the platform traced for (`target_platform`). On a CPU,
-    random bits are the cost of dropout (about a tenth of the base model's training step at
-    32 bits per element, as flax.linen.Dropout draws them), so one 32-bit word serves two
-    elements: word j of a row gives elements 2j (low half) and 2j + 1 (high half). On a TPU
-    drawing is cheap but that split is not: reading a word as two halves is a relayout (a
-    trailing axis of 2 across the vector lanes), which cost base's step 4 GB of HBM traffic on
-    v5p (docs/performance.md); there each element takes the high 16 bits of a word of its
-    own, drawn inside the consumer's fusion. Either way JAX's partitionable threefry makes the
-    words a function of their global position, so the masks are the same on any mesh of one
-    platform.
+    random bits are the cost of dropout, so one 32-bit word serves two elements: word j of a
+    row gives elements 2j (low half) and 2j + 1 (high half). On a TPU drawing is cheap but
+    that split is not (reading a word as two halves is a relayout across the vector lanes), so
+    there each element takes the high 16 bits of a word of its own, drawn inside the
+    consumer's fusion ([figures](docs/performance.md#what-made-tx-faster)). Either way JAX's
+    partitionable threefry makes the words a function of their global position, so the masks
+    are the same on any mesh of one platform.
     """
 
     rate: float
@@ -88,8 +111,7 @@ class Dropout(nn.Module):
         else:
             words = jax.random.bits(rng, (*lead, width // 2), jnp.uint32)
             # [..., width/2, 2]: the low and the high half of each word, as a reinterpretation
-            # (XLA's bitcast is little-endian); splitting with & and >> was 10-20% slower
-            # for 8 dropout sites of the base model forward and backward.
+            # (XLA's bitcast is little-endian), cheaper than splitting with & and >>.
             halves = jax.lax.bitcast_convert_type(words, jnp.uint16).reshape(x.shape)
             keep = halves >= threshold
         scale = jnp.asarray(65536 / (65536 - threshold), x.dtype)
@@ -188,6 +210,18 @@ class Embed(nn.Module):
         return logits[..., : self.vocab_size]
 
 
+def embedding_tables(config) -> tuple[Embed, Embed, Embed | None]:
+    """The (source, target, pre-softmax) tables a model config describes, made in a model's
+    `setup`: one "shared_embedding" for the source and target and no pre-softmax table of its
+    own (None: tied to the target's) when `share_embeddings`, else "source_embedding",
+    "target_embedding" and "softmax"."""
+    if config.share_embeddings:
+        shared = Embed.of(config, "shared_embedding")
+        return shared, shared, None
+    names = ("source_embedding", "target_embedding", "softmax")
+    return tuple(Embed.of(config, name) for name in names)
+
+
 class PositionEmbedding(nn.Module):
     """Adds sinusoidal (default) or learned (Table 3 row E) position information."""
 
@@ -278,8 +312,8 @@ def layer_norm(x: Array, scale: Array, bias: Array, epsilon: float) -> Array:
 
     Its gradient is written out, dx = (g - mean(g) - x^ mean(g x^)) / sigma with g = dy scale
     and x^ the normalised x: two reductions and one pass, where autodiff differentiates the
-    forward's steps one by one. The base train step on a CPU: 0.5-3.8% faster (interleaved
-    A/B runs), the same gradient to rounding (tests/test_layers.py)."""
+    forward's steps one by one: faster ([figures](docs/performance.md#what-made-tx-faster)), the
+    same gradient to rounding (tests/test_layers.py)."""
     return _layer_norm_forward(x, scale, bias, epsilon)[0]
 
 

@@ -12,7 +12,7 @@
 
 The model has the Transformer's interface: `__call__(inputs, targets)` -> teacher-forced
 logits, and the search decodes it through `incremental_decoder`, whose cache is the recurrent
-state (rows first, so tx.model.shell.reorder_cache moves it with the beam). The frozen
+state (rows first, so tx.model.family_base.reorder_cache moves it with the beam). The frozen
 architecture, `RNNConfig`, and its counts are tx.model.rnn_config's.
 
 The cells (and their gate order) are tx.model.cells'. Shape letters: b rows, s source length,
@@ -30,9 +30,9 @@ import jax.numpy as jnp
 from flax import linen as nn
 
 from tx.model.cells import Cell, CellWeights, cell_step, project, run_layer
-from tx.model.layers import Embed, constrain
+from tx.model.family_base import reorder_cache, shift_right
+from tx.model.layers import constrain, embedding_tables
 from tx.model.rnn_config import RNNConfig
-from tx.model.shell import reorder_cache, shift_right
 from tx.tokens import PAD_ID
 
 Array = jax.Array
@@ -308,13 +308,7 @@ class RNNSeq2Seq(nn.Module):
 
     def setup(self):
         c = self.config
-
-        if c.share_embeddings:
-            self.shared_embedding = Embed.of(c, "shared_embedding")
-            src, tgt, out = self.shared_embedding, self.shared_embedding, None
-        else:
-            names = ("source_embedding", "target_embedding", "softmax")
-            src, tgt, out = (Embed.of(c, name) for name in names)
+        src, tgt, out = embedding_tables(c)
         self.encoder = RNNEncoder(c, src, name="encoder")
         self.decoder = RNNDecoder(c, tgt, out, name="decoder")
 

@@ -10,7 +10,13 @@ import dataclasses
 from typing import ClassVar
 
 from tx.model.cells import CELLS
-from tx.model.shell import ConfigShell, check_dtypes, check_positive, check_rates
+from tx.model.family_base import (
+    ConfigShell,
+    check_dtypes,
+    check_positive,
+    check_rates,
+    param_groups,
+)
 
 ATTENTION = ("none", "additive", "dot", "general")
 
@@ -69,13 +75,7 @@ def param_count(c: RNNConfig) -> dict[str, int]:
     score = {"none": 0, "dot": 0, "general": m * m, "additive": 2 * m * m + m}[c.attention]
     attention = 0 if c.attention == "none" else g * m * m + score + 2 * m * m + m
     encoder, decoder = layers * cell, layers * cell + attention
-    embeddings = c.vocab_size * m * (1 if c.share_embeddings else 3)
-    return {
-        "params": encoder + decoder + embeddings,
-        "encoder": encoder,
-        "decoder": decoder,
-        "embeddings": embeddings,
-    }
+    return param_groups(c, encoder, decoder)
 
 
 def train_flops(

@@ -43,7 +43,7 @@ def applies(q_len: int, k_len: int) -> bool:
 
 def _block(length: int) -> int:
     """The largest of 512 / 256 / 128 that divides `length`: bigger blocks, fewer passes over
-    the keys (base on v5p-8, the compiler's model: 22.8 ms with blocks of 256, 23.4 with 128)."""
+    the keys."""
     return next(b for b in (512, 256, LANES) if length % b == 0)
 
 

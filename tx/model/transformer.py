@@ -1,9 +1,10 @@
 """The encoder-decoder Transformer of "Attention Is All You Need" (section 3).
 
-`ModelConfig` (tx.model.transformer_config) is the frozen architecture; the mode
-(`deterministic`, `incremental`) is a call argument. Token ids: 0 is padding (masked
-everywhere), `bos_id` starts the decoder input. What a search needs to decode it step by step
-(the KV cache, `incremental_decoder`) is tx.model.transformer_decoding's.
+`ModelConfig` (tx.model.transformer_config) is the frozen architecture; what a pass is for is
+one `Mode` (tx.model.layers) that every layer reads: TRAIN and SCORE run whole sequences
+(`__call__`, `encode`, `decode`, `features`), PRIME and STEP serve a search (`prime`, `step`;
+the KV cache and `incremental_decoder` are tx.model.transformer_decoding's). Token ids: 0 is
+padding (masked everywhere), `bos_id` starts the decoder input.
 
 Packed rows are supported: optional `*_segments` (int [b, l], 0 = padding, 1.. = pair
 number within the row) keep attention inside one pair, and `*_positions` restart at 0 for
@@ -16,17 +17,19 @@ import jax
 import jax.numpy as jnp
 from flax import linen as nn
 
-from tx.model.attention import Masking, MultiHeadAttention, attention_impl
+from tx.model.attention import MultiHeadAttention
+from tx.model.family_base import shift_right
+from tx.model.kernels import Masking, attention_impl
 from tx.model.layers import (
     Dropout,
-    Embed,
     FeedForward,
     LayerNorm,
+    Mode,
     PositionEmbedding,
     constrain,
+    embedding_tables,
     target_platform,
 )
-from tx.model.shell import shift_right
 from tx.model.transformer_config import ModelConfig
 from tx.tokens import PAD_ID
 
@@ -62,27 +65,28 @@ class _SubLayer(nn.Module):
     config: ModelConfig
 
     @nn.compact
-    def __call__(self, x: Array, fn, *, deterministic: bool) -> Array:
+    def __call__(self, x: Array, fn, *, mode: Mode) -> Array:
         c = self.config
         norm = LayerNorm(c.layer_norm_epsilon, c.compute_dtype, c.weight_dtype, name="norm")
         drop = Dropout(c.dropout_rate)
         if c.pre_ln:
-            return x + drop(fn(norm(x)), deterministic=deterministic)
-        return norm(x + drop(fn(x), deterministic=deterministic))
+            return x + drop(fn(norm(x)), deterministic=mode.deterministic)
+        return norm(x + drop(fn(x), deterministic=mode.deterministic))
 
 
-def _attention(c: ModelConfig, name: str) -> MultiHeadAttention:
+def _attention(c: ModelConfig, name: str, cross: bool = False) -> MultiHeadAttention:
     # The platform traced for: a TPU slice compiled on a CPU host gets the TPU's kernels.
     impl = attention_impl(c.attention_impl, c.compute_dtype, c.d_k, c.d_v, target_platform())
     return MultiHeadAttention(
-        c.num_heads,
-        c.d_k,
-        c.d_v,
-        c.d_model,
-        c.attention_dropout_rate,
-        c.compute_dtype,
-        c.weight_dtype,
-        impl,
+        num_heads=c.num_heads,
+        d_k=c.d_k,
+        d_v=c.d_v,
+        d_model=c.d_model,
+        dropout_rate=c.attention_dropout_rate,
+        dtype=c.compute_dtype,
+        param_dtype=c.weight_dtype,
+        implementation=impl,
+        cross=cross,
         name=name,
     )
 
@@ -93,20 +97,37 @@ def _ffn(c: ModelConfig) -> FeedForward:
     )
 
 
+def _final_norm(c: ModelConfig, x: Array) -> Array:
+    """Pre-LN stacks end in a LayerNorm of their own; post-LN ones are normalised already."""
+    if not c.pre_ln:
+        return x
+    return LayerNorm(c.layer_norm_epsilon, c.compute_dtype, c.weight_dtype, name="final_norm")(x)
+
+
+def _embedded(c: ModelConfig, embed: nn.Module, tokens: Array, positions: Array, mode: Mode):
+    """tokens, positions [b, l] -> Dropout(embedding x sqrt(d_model) + PE) [b, l, m]."""
+    x = embed(tokens)
+    x = PositionEmbedding(
+        c.d_model, c.positional, c.max_len, c.compute_dtype, c.weight_dtype, name="position"
+    )(x, positions)
+    x = Dropout(c.dropout_rate)(x, deterministic=mode.deterministic)
+    return constrain(x, ("batch", "length", "embed"))
+
+
 class EncoderLayer(nn.Module):
     config: ModelConfig
 
     @nn.compact
-    def __call__(self, x: Array, mask: Array, *, deterministic: bool) -> Array:
-        """x: [b, s, m]; mask: [b, 1, s, s] -> [b, s, m]."""
+    def __call__(self, x: Array, mask: Masking, *, mode: Mode) -> Array:
+        """x: [b, s, m]; mask: its self-attention [b, 1, s, s] -> [b, s, m]."""
         c = self.config
         attn = _attention(c, "self_attention")
         x = _SubLayer(c, name="attention_block")(
-            x, lambda y: attn(y, y, mask, deterministic=deterministic), deterministic=deterministic
+            x, lambda y: attn(y, y, mask, mode=mode), mode=mode
         )
         ffn = _ffn(c)
         x = _SubLayer(c, name="ffn_block")(
-            x, lambda y: ffn(y, deterministic=deterministic), deterministic=deterministic
+            x, lambda y: ffn(y, deterministic=mode.deterministic), mode=mode
         )
         return constrain(x, ("batch", "length", "embed"))
 
@@ -115,137 +136,75 @@ class DecoderLayer(nn.Module):
     config: ModelConfig
 
     @nn.compact
-    def __call__(
-        self,
-        y,
-        encoded,
-        self_mask,
-        cross_mask,
-        *,
-        deterministic: bool,
-        incremental: bool,
-        prime: bool = False,
-    ):
+    def __call__(self, y, encoded, self_mask, cross_mask, *, mode: Mode):
         """y: [b, t, m]; encoded: [b, s, m]; masks [b, 1, t, t] / [b, 1, t, s] -> [b, t, m].
-
-        `prime`: only store the cross-attention keys and values of `encoded` in the cache."""
+        PRIME only stores the cross-attention keys and values of `encoded` in the cache."""
         c = self.config
-        if prime:
-            return _attention(c, "cross_attention")(
-                None, encoded, None, deterministic=True, prime=True
-            )
+        if mode is Mode.PRIME:
+            return _attention(c, "cross_attention", cross=True)(None, encoded, None, mode=mode)
         self_attn = _attention(c, "self_attention")
         y = _SubLayer(c, name="self_attention_block")(
-            y,
-            lambda z: self_attn(
-                z, z, self_mask, deterministic=deterministic, incremental=incremental
-            ),
-            deterministic=deterministic,
+            y, lambda z: self_attn(z, z, self_mask, mode=mode), mode=mode
         )
-        cross = _attention(c, "cross_attention")
+        cross = _attention(c, "cross_attention", cross=True)
         y = _SubLayer(c, name="cross_attention_block")(
-            y,
-            lambda z: cross(
-                z,
-                encoded,
-                cross_mask,
-                deterministic=deterministic,
-                incremental=incremental,
-                static_kv=True,
-            ),
-            deterministic=deterministic,
+            y, lambda z: cross(z, encoded, cross_mask, mode=mode), mode=mode
         )
         ffn = _ffn(c)
         y = _SubLayer(c, name="ffn_block")(
-            y, lambda z: ffn(z, deterministic=deterministic), deterministic=deterministic
+            y, lambda z: ffn(z, deterministic=mode.deterministic), mode=mode
         )
         return constrain(y, ("batch", "length", "embed"))
 
 
-class Encoder(nn.Module):
+class EncoderStack(nn.Module):
     config: ModelConfig
     embed: nn.Module
 
     @nn.compact
-    def __call__(self, inputs, masking: Masking, positions, *, deterministic: bool) -> Array:
+    def __call__(self, inputs, masking: Masking, positions, *, mode: Mode) -> Array:
         """inputs, positions: [b, s] int; masking: its self-attention -> encoded [b, s, m]."""
         c = self.config
-        x = self.embed(inputs)
-        x = PositionEmbedding(
-            c.d_model, c.positional, c.max_len, c.compute_dtype, c.weight_dtype, name="position"
-        )(x, positions)
-        x = Dropout(c.dropout_rate)(x, deterministic=deterministic)
-        x = constrain(x, ("batch", "length", "embed"))
+        x = _embedded(c, self.embed, inputs, positions, mode)
         for i in range(c.num_encoder_layers):
-            x = EncoderLayer(c, name=f"layer_{i}")(x, masking, deterministic=deterministic)
-        if c.pre_ln:
-            x = LayerNorm(c.layer_norm_epsilon, c.compute_dtype, c.weight_dtype, name="final_norm")(
-                x
-            )
-        return x
+            x = EncoderLayer(c, name=f"layer_{i}")(x, masking, mode=mode)
+        return _final_norm(c, x)
 
 
-class Decoder(nn.Module):
+class DecoderStack(nn.Module):
     config: ModelConfig
     embed: nn.Module
     output_embed: nn.Module | None  # None: tie the softmax to `embed`
 
     @nn.compact
-    def __call__(
-        self,
-        encoded,
-        decoder_inputs,
-        self_mask,
-        cross_mask,
-        positions,
-        *,
-        deterministic: bool,
-        incremental: bool,
-        features: bool = False,
-        prime: bool = False,
-    ) -> Array:
-        """decoder_inputs: [b, t] (already shifted) -> logits [b, t, V] float32, or with
-        `features` the states the softmax layer takes [b, t, m]. `prime`: fill the cache's
-        cross-attention keys and values from `encoded` [b, s, m], and nothing else."""
+    def __call__(self, encoded, decoder_inputs, self_mask, cross_mask, positions, *, mode: Mode):
+        """decoder_inputs: [b, t] (already shifted) -> the states the softmax layer takes
+        [b, t, m] (`logits` turns them into logits). PRIME fills the cache's cross-attention
+        keys and values from `encoded` [b, s, m], and nothing else; a STEP counts its positions
+        in the cache."""
         c = self.config
-        if prime:
+        if mode is Mode.PRIME:
             for i in range(c.num_decoder_layers):
-                DecoderLayer(c, name=f"layer_{i}")(
-                    None, encoded, None, None, deterministic=True, incremental=True, prime=True
-                )
+                DecoderLayer(c, name=f"layer_{i}")(None, encoded, None, None, mode=mode)
             return None
-        if incremental:
+        if mode is Mode.STEP:
             positions = self._step_positions(decoder_inputs)
-        y = self.embed(decoder_inputs)
-        y = PositionEmbedding(
-            c.d_model, c.positional, c.max_len, c.compute_dtype, c.weight_dtype, name="position"
-        )(y, positions)
-        y = Dropout(c.dropout_rate)(y, deterministic=deterministic)
-        y = constrain(y, ("batch", "length", "embed"))
+        y = _embedded(c, self.embed, decoder_inputs, positions, mode)
         for i in range(c.num_decoder_layers):
-            y = DecoderLayer(c, name=f"layer_{i}")(
-                y,
-                encoded,
-                self_mask,
-                cross_mask,
-                deterministic=deterministic,
-                incremental=incremental,
-            )
-        if c.pre_ln:
-            y = LayerNorm(c.layer_norm_epsilon, c.compute_dtype, c.weight_dtype, name="final_norm")(
-                y
-            )
-        if features:
-            return y
-        return constrain(self.head.attend(y), ("batch", "length", "vocab"))
+            y = DecoderLayer(c, name=f"layer_{i}")(y, encoded, self_mask, cross_mask, mode=mode)
+        return _final_norm(c, y)
 
     @property
     def head(self) -> nn.Module:
         """The pre-softmax layer: its own matrix, or the tied embedding."""
         return self.output_embed if self.output_embed is not None else self.embed
 
+    def logits(self, states: Array) -> Array:
+        """states [b, t, m] -> logits [b, t, V] float32."""
+        return constrain(self.head.attend(states), ("batch", "length", "vocab"))
+
     def _step_positions(self, decoder_inputs: Array) -> Array:
-        """[b, l] positions of an incremental step, counted in the "cache" collection."""
+        """[b, l] positions of a search step, counted in the "cache" collection."""
         initialized = self.has_variable("cache", "decode_position")
         index = self.variable("cache", "decode_position", lambda: jnp.array(0, jnp.int32))
         length = decoder_inputs.shape[1]
@@ -256,21 +215,15 @@ class Decoder(nn.Module):
 
 
 class Transformer(nn.Module):
-    """Encoder-decoder Transformer; see `encode`, `decode` and `__call__` for shapes."""
+    """Encoder-decoder Transformer; see `encode`, `decode`, `step` and `__call__` for shapes."""
 
     config: ModelConfig
 
     def setup(self):
         c = self.config
-
-        if c.share_embeddings:
-            self.shared_embedding = Embed.of(c, "shared_embedding")
-            src, tgt, out = self.shared_embedding, self.shared_embedding, None
-        else:
-            names = ("source_embedding", "target_embedding", "softmax")
-            src, tgt, out = (Embed.of(c, name) for name in names)
-        self.encoder = Encoder(c, src, name="encoder")
-        self.decoder = Decoder(c, tgt, out, name="decoder")
+        src, tgt, out = embedding_tables(c)
+        self.encoder = EncoderStack(c, src, name="encoder")
+        self.decoder = DecoderStack(c, tgt, out, name="decoder")
 
     def encode(
         self, inputs, inputs_segments=None, inputs_positions=None, *, deterministic: bool = True
@@ -283,7 +236,8 @@ class Transformer(nn.Module):
             n = _lengths(segments)
             lengths = (n, n)
         masking = Masking(attention_mask(segments, segments), lengths, segments=(segments,) * 2)
-        return self.encoder(inputs, masking, positions, deterministic=deterministic)
+        mode = Mode.teacher_forced(deterministic)
+        return self.encoder(inputs, masking, positions, mode=mode)
 
     def decode(
         self,
@@ -295,28 +249,12 @@ class Transformer(nn.Module):
         targets_positions=None,
         *,
         deterministic: bool = True,
-        incremental: bool = False,
         features: bool = False,
     ) -> Array:
-        """Decoder logits (with `features`: the states [b, t, m] the softmax layer takes).
-
-        Training / scoring (`incremental=False`): targets [b, t] are shifted right here and the
-        result is logits [b, t, V] predicting targets[:, i] at position i.
-        Incremental (`incremental=True`): targets [b, 1] is the previous token (`bos_id` first);
-        the "cache" collection must come from `init_cache` and be mutable.
-        """
+        """Teacher-forced decoder logits: targets [b, t] are shifted right here and the result
+        is logits [b, t, V] predicting targets[:, i] at position i (with `features`: the states
+        [b, t, m] the softmax layer takes)."""
         src_segments = _segments_or_mask(inputs, inputs_segments)
-        if incremental:
-            cross_mask = (src_segments > 0)[:, None, None, :]  # [b, 1, 1, s]
-            return self.decoder(
-                encoded,
-                targets,
-                None,
-                cross_mask,
-                None,
-                deterministic=deterministic,
-                incremental=True,
-            )
         tgt_segments = _segments_or_mask(targets, targets_segments)
         if targets_positions is None:
             positions = _default_positions(targets)
@@ -341,16 +279,22 @@ class Transformer(nn.Module):
             cross_mask = cross_mask._replace(
                 lengths=(_lengths(tgt_segments), _lengths(src_segments))
             )
-        return self.decoder(
-            encoded,
-            decoder_inputs,
-            self_mask,
-            cross_mask,
-            positions,
-            deterministic=deterministic,
-            incremental=False,
-            features=features,
-        )
+        mode = Mode.teacher_forced(deterministic)
+        states = self.decoder(encoded, decoder_inputs, self_mask, cross_mask, positions, mode=mode)
+        return states if features else self.decoder.logits(states)
+
+    def step(self, encoded, inputs, ids) -> Array:
+        """One search step: ids [b, 1] the previous tokens (`bos_id` first) -> logits
+        [b, 1, V]. The "cache" collection must come from `init_cache` and be mutable."""
+        cross_mask = (_segments_or_mask(inputs, None) > 0)[:, None, None, :]  # [b, 1, 1, s]
+        states = self.decoder(encoded, ids, None, cross_mask, None, mode=Mode.STEP)
+        return self.decoder.logits(states)
+
+    def prime(self, encoded: Array) -> None:
+        """Stores every layer's cross-attention keys and values of `encoded` [b, s, m] in the
+        "cache" collection (mutable, allocated by `init_cache`): projected once per sentence,
+        before the search, instead of at a step inside it."""
+        self.decoder(encoded, None, None, None, None, mode=Mode.PRIME)
 
     def __call__(
         self,
@@ -385,11 +329,3 @@ class Transformer(nn.Module):
         matrix [V', m]), for a loss that never holds all the logits (tx.train.losses)."""
         states = self(*args, **kwargs, features=True)
         return states, self.decoder.head.matrix()
-
-    def prime(self, encoded: Array) -> None:
-        """Stores every layer's cross-attention keys and values of `encoded` [b, s, m] in the
-        "cache" collection (mutable, allocated by `init_cache`): projected once per sentence,
-        before the search, instead of at a step inside it."""
-        self.decoder(
-            encoded, None, None, None, None, deterministic=True, incremental=True, prime=True
-        )

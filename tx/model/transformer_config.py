@@ -9,7 +9,13 @@ from __future__ import annotations
 import dataclasses
 from typing import ClassVar
 
-from tx.model.shell import ConfigShell, check_dtypes, check_positive, check_rates
+from tx.model.family_base import (
+    ConfigShell,
+    check_dtypes,
+    check_positive,
+    check_rates,
+    param_groups,
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,13 +106,7 @@ def param_count(c: ModelConfig) -> dict[str, int]:
     positions = c.max_len * m if c.positional == "learned" else 0
     encoder = c.num_encoder_layers * (attention + ffn + 2 * norm) + final_norm + positions
     decoder = c.num_decoder_layers * (2 * attention + ffn + 3 * norm) + final_norm + positions
-    embeddings = c.vocab_size * m * (1 if c.share_embeddings else 3)
-    return {
-        "params": encoder + decoder + embeddings,
-        "encoder": encoder,
-        "decoder": decoder,
-        "embeddings": embeddings,
-    }
+    return param_groups(c, encoder, decoder)
 
 
 def train_flops(

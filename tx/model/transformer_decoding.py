@@ -1,9 +1,10 @@
 """Incremental decoding of a Transformer: the KV cache a search steps it with.
 
-`incremental_decoder` gives tx.infer.decoders what a search needs (tokens_to_logits, the cache,
-reorder_cache: tx.model.shell's); `init_cache` allocates the cache and fills its cross-attention
-keys and values once per sentence; `resize_cache` grows or cuts its self-attention keys and
-values, so a search may grow them window by window. The cache's entries are
+`incremental_decoder` gives tx.infer.decoders what a search needs (tokens_to_logits, the
+cache, reorder_cache: tx.model.family_base's); `init_cache` allocates the cache and fills its
+cross-attention keys and values once per sentence (`Transformer.prime`); `resize_cache` grows or
+cuts its self-attention keys and values, so a search may grow them window by window. Each step
+is `Transformer.step`. The cache's entries are
 tx.model.attention.MultiHeadAttention's (layouts in `cache_layout`).
 """
 
@@ -13,7 +14,7 @@ import jax
 import jax.numpy as jnp
 
 from tx.model.attention import CACHE_POSITION_AXIS
-from tx.model.shell import reorder_cache
+from tx.model.family_base import reorder_cache
 from tx.model.transformer import Transformer
 
 Array = jax.Array
@@ -36,8 +37,7 @@ def init_cache(
             encoded,
             inputs,
             targets,
-            incremental=True,
-            method=Transformer.decode,
+            method=Transformer.step,
             mutable=["cache"],
         )[1]["cache"]
 
@@ -60,7 +60,7 @@ def incremental_decoder(model: Transformer, params, inputs: Array, width: int, m
     the cache has room for b*width rows (sentence-major) and `max_len` output positions, and
     the cross-attention state once per sentence; tokens_to_logits maps the previous tokens
     [b*width, 1] and the cache to (logits [b*width, V] float32, new cache); reorder_cache is
-    tx.model.shell.reorder_cache.
+    tx.model.family_base.reorder_cache.
     """
     encoded = model.apply({"params": params}, inputs, method=Transformer.encode)  # [b, s, m]
     cache = init_cache(model, params, encoded, inputs, max_len, width)
@@ -71,8 +71,7 @@ def incremental_decoder(model: Transformer, params, inputs: Array, width: int, m
             encoded,
             inputs,
             ids,
-            incremental=True,
-            method=Transformer.decode,
+            method=Transformer.step,
             mutable=["cache"],
         )
         return logits[:, 0], variables["cache"]

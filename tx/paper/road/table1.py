@@ -54,10 +54,10 @@ def attention_layer(d: int):
 
     def init(key, n):
         x = jnp.zeros((1, n, d))
-        return nn.meta.unbox(mha.init(key, x, x, None, deterministic=True)["params"])
+        return nn.meta.unbox(mha.init(key, x, x, None)["params"])
 
     def apply(params, x):
-        return mha.apply({"params": params}, x, x, None, deterministic=True)
+        return mha.apply({"params": params}, x, x, None)
 
     return init, apply
 

@@ -1,9 +1,10 @@
-"""The shell every model family fills (tx.model.families): what the Transformer and the recurrent
-encoder-decoders share, so that neither family reaches into the other.
+"""What every model family (tx.model.families) is built on: what the Transformer and the
+recurrent encoder-decoders share, so that neither family reaches into the other.
 
     ConfigShell     the fields every family's frozen config has, and what follows from them:
                     from_dict, the compute and parameter dtypes, the embedding rows
     check_*         the checks of those fields (and of any positive size or rate), one message
+    param_groups    a family's analytic parameter count in the groups `info` prints
     shift_right     the decoder input every family is trained on
     reorder_cache   a search's choice of rows applied to any family's cache
 
@@ -98,6 +99,18 @@ def check_dtypes(config: ConfigShell) -> None:
             raise ValueError(
                 f"model.{name} must be one of {sorted(DTYPES)}, got {getattr(config, name)!r}"
             )
+
+
+def param_groups(config: ConfigShell, encoder: int, decoder: int) -> dict[str, int]:
+    """{"params", "encoder", "decoder", "embeddings"}: a family's stacks counted from its
+    equations, and its embeddings (one shared matrix, or source, target and pre-softmax)."""
+    embeddings = config.vocab_size * config.d_model * (1 if config.share_embeddings else 3)
+    return {
+        "params": encoder + decoder + embeddings,
+        "encoder": encoder,
+        "decoder": decoder,
+        "embeddings": embeddings,
+    }
 
 
 def shift_right(targets: Array, positions: Array | None = None) -> Array:
