@@ -6,37 +6,15 @@ Command:   python -m tx train --config configs/small.py --workdir runs/mine \\
              --config.data.tgt_lang=fr
            python -m tx average --workdir runs/mine
            python -m tx evaluate --workdir runs/mine --split test
-Hardware:  2 CPU cores: training stops at 27 minutes (train.max_minutes, dev evaluations
-           included), leaving `average` and `evaluate` room within 30, or once 3 dev
-           evaluations in a row have not beaten the best dev loss.
-Expected:  on 87,000 pairs of real English->French interface text
-           (python benchmarks/real_corpus.py --train-pairs 87000), one 30-minute run of
-           python benchmarks/small_recipe.py (2026-12-06, 2 cores of an AMD EPYC, 0.34 s a
-           step), at each budget the last 5 checkpoints averaged (average 2 s, evaluate 40 s):
-
-             budget  steps  sacreBLEU  chrF  loops in 1,000  dev loss (step)
-              5 min    800  20.9       42.0   7              2.66 (800)
-             10 min  1,700  31.6       53.4   2              2.13 (1,600)
-             15 min  2,550  35.1       56.5   2              1.93 (2,400)
-             20 min  3,450  37.1       58.3   3              1.84 (3,400)
-             25 min  4,300  37.5       58.9   1              1.83 (4,200)
-             30 min  5,200  38.1       59.0   0              1.84 (5,200)
-           (copying the source: 10.1; the dev loss best at 4,600, 1.812; with unlikelihood
-           weight 1: 20.6 / 31.0 / 35.3 / 36.9 / 37.7 / 38.3, 28 / 3 / 3 / 2 / 0 / 2 loops).
-           The minutes a budget buys vary threefold with the machine's hour (the same
-           cores ran 1,850-2,050 steps in 30 minutes on 2026-12-03): steps travel, minutes do
-           not. English->Dutch from the same catalogues (real_corpus.py --pair en-nl), one run
-           of 5,400 steps (README, by steps): 25.2 / 33.0 / 37.0 / 39.9 sacreBLEU at 800 / 1,400
-           / 2,450 / 5,400 steps with 11 / 1 / 3 / 4 loops, at most 4 from step 1,400 on
-           (copying the source: 14.5); without unlikelihood training (a run of the same day)
-           25.1 / 37.9 / 40.0 with 44 / 6 / 6 loops at 800 / 2,450 / 5,400. A 90-minute run
-           without it (2026-12-04) had 39.3-39.4 at 5,300 and 8,050 steps: on this corpus time
-           past 30 minutes buys little.
-           Earlier recipes on EN-FR at 10 / 20 / 30 minutes, in slower hours (2026-12-03):
-           With 3+3 layers instead of 4+2: 12.4 / 27.0 / 33.1 with 124 / 37 / 7 loops at 450 /
-           1,050 / 1,700 steps. The recipe before that (warm-up 400, dev BLEU every 1,000
-           steps, a dev loss every 100) gave 10.0 / 25.4 / 30.4 with 122 / 33 / 12 loops at 450
-           / 1,000 / 1,400 steps; with dropout 0.1 as well 9.8 / 22.3 / 29.2.
+Hardware:  2 CPU cores.
+Time:      training stops at 27 minutes (train.max_minutes, dev evaluations included), or once 3
+           dev evaluations in a row have not beaten the best dev loss; `average` and `evaluate`
+           fit within 30.
+Expected:  on 87,000 pairs of English->French interface text, test sacreBLEU 38.1 after 30
+           minutes (5,200 steps on 2 EPYC cores; 20.9 after 5); English->Dutch 39.9 at 5,400
+           steps. The figures by budget and by steps, and how to rerun them: README.md,
+           "Training on your own data" (benchmarks/results/small_recipe.json,
+           small_recipe_en-nl_unlikelihood2.json); earlier recipes: docs/small_recipe.md.
 
 The paper's base settings are far from best on a small corpus (Araabi and Monz 2020, "Optimizing
 Transformer for Low-Resource Neural Machine Translation", on subsets of IWSLT'14 DE-EN: smaller
@@ -45,7 +23,7 @@ vocabularies, smaller models and more regularisation as the data shrinks). fairs
 0.3, lr 5e-4 with 4,000 warm-up steps, 4,096 tokens a batch) is the usual recipe at that size,
 sized for some 50 epochs on a GPU. In tens of minutes on two CPU cores a model sees the corpus
 only a few times and under-fits rather than over-fits (87,000 pairs of EN-NL began to over-fit
-after some 45 minutes, above), so this recipe is smaller, regularised less and updated more
+after some 45 minutes: README.md), so this recipe is smaller, regularised less and updated more
 often; each choice below says what it rests on.
 """
 

@@ -7,11 +7,18 @@ import sys
 
 import pytest
 
-from tx.config import ConfigError, load_config, model_config, split_config_args
+from tx.config import (
+    SECTIONS,
+    ConfigError,
+    defaults,
+    load_config,
+    model_config,
+    split_config_args,
+)
 from tx.model.counting import analytic_param_count, param_counts, train_flops_per_step
 from tx.model.families import FAMILIES
-from tx.model.rnn_config import RNNConfig
 from tx.model.family_base import ConfigShell
+from tx.model.rnn_config import RNNConfig
 
 CONFIGS = pathlib.Path(__file__).resolve().parents[1] / "configs"
 
@@ -58,26 +65,28 @@ def test_invalid_configs_name_the_key(root, override, key):
         load_config(base(root), [override])
 
 
-def test_config_knows_every_search_strategy():
-    from tx.config import SEARCH_STRATEGIES
-    from tx.infer.search import STRATEGIES
-
-    assert SEARCH_STRATEGIES == STRATEGIES
-
-
-def test_config_knows_every_bad_line_policy():
-    from tx.config import ON_BAD_LINE
-    from tx.data import sources
-
-    assert ON_BAD_LINE == sources.ON_BAD_LINE
-
-
-def test_a_run_config_from_before_later_keys_loads_with_their_defaults(root, tmp_path):
+def test_a_run_config_from_before_later_keys_loads_with_their_older_values(root, tmp_path):
+    """A key a saved config.json lacks gets the value its run had: OLDER's where that differs
+    from today's default (train.loss_chunk_tokens), else the default."""
     saved = json.loads(load_config(base(root)).to_json_best_effort())
     del saved["data"]["on_bad_line"], saved["mesh"]["heartbeat_timeout_secs"]
+    del saved["train"]["loss_chunk_tokens"], saved["decode"]["average_which"]
     (tmp_path / "config.json").write_text(json.dumps(saved))
     cfg = load_config(str(tmp_path / "config.json"))
     assert cfg.data.on_bad_line == "error" and cfg.mesh.heartbeat_timeout_secs == 100
+    assert cfg.train.loss_chunk_tokens == 8192 and cfg.decode.average_which == "last"
+
+
+def test_defaults_are_the_wings_sections_and_the_model_dataclass():
+    """tx.config.defaults composes each wing's section and derives `model` from the family's
+    frozen dataclass; one reference carries the shared vocabulary size."""
+    cfg = defaults()
+    assert set(cfg) == set(SECTIONS)
+    assert model_config(cfg) == FAMILIES["transformer"].config()
+    cfg.data.vocab_size = 1000
+    assert cfg.model.vocab_size == 1000
+    with pytest.raises(TypeError):  # a None default keeps its field's type
+        cfg.model.d_k = "wide"
 
 
 @pytest.mark.parametrize("name", sorted(p.name for p in CONFIGS.glob("*.py")))
@@ -141,7 +150,9 @@ def test_counting_asks_the_families_registry(monkeypatch):
     monkeypatch.setitem(
         FAMILIES,
         "rnn",
-        rnn._replace(param_count=lambda c: {"params": 7}, train_flops=lambda c, *n: sum(n)),
+        dataclasses.replace(
+            rnn, param_count=lambda c: {"params": 7}, train_flops=lambda c, *n: sum(n)
+        ),
     )
     c = RNNConfig(vocab_size=10, d_model=4)
     assert analytic_param_count(c) == {"params": 7}

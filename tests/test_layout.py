@@ -1,6 +1,11 @@
 """The package's shape (tx/__init__.py's map): every module lives in a wing, imports run only
 down the wings' order, no two modules import each other in a circle, and no module grows past
-about 400 lines unless its docstring says why it reads better whole."""
+about 400 lines unless its docstring says why it reads better whole.
+
+A config section belongs to the wing that reads it: `tx.<wing>.settings` holds its fields,
+defaults and checks, and sits at tx.config's layer (tx.config composes the sections, so a
+settings module imports nothing of tx above tx.model). No module outside the wing, tx.config
+included, defines that section's fields or checks them."""
 
 from __future__ import annotations
 
@@ -10,6 +15,7 @@ import pathlib
 import pytest
 
 import tx
+from tx import config
 
 PACKAGE = pathlib.Path(tx.__file__).parent
 MAX_LINES = 420  # "about 400"
@@ -47,8 +53,12 @@ def _imports(path: pathlib.Path) -> set[str]:
 
 
 def _layer(module: str) -> str | None:
-    """The entry of tx.LAYERS that `module` belongs to: itself or its wing."""
-    top = ".".join(module.split(".")[:2])
+    """The entry of tx.LAYERS that `module` belongs to: itself or its wing (a wing's settings
+    module, its config section, is at tx.config's layer)."""
+    parts = module.split(".")
+    if len(parts) == 3 and parts[1] in tx.WINGS and parts[2] == "settings":
+        return "tx.config"
+    top = ".".join(parts[:2])
     return top if top in tx.LAYERS else None
 
 
@@ -106,3 +116,42 @@ def test_modules_stay_short_or_say_why():
         if n > MAX_LINES and "reads better whole" not in doc:
             long.append(f"{m} ({n} lines)")
     assert not long, f"over {MAX_LINES} lines without saying why in the docstring: {long}"
+
+
+def test_each_config_section_is_owned_by_a_settings_module_in_its_wing():
+    for section, owner in config.SECTIONS.items():
+        if section == "model":  # the families' frozen dataclasses
+            assert owner.__name__.startswith("tx.model."), owner
+            continue
+        _, wing, name = owner.__name__.split(".")
+        assert wing in tx.WINGS and name == "settings", f"{section}: owned by {owner.__name__}"
+        assert pathlib.Path(owner.__file__) == PACKAGE / wing / "settings.py"
+        assert section in owner.defaults() and f"`{section}`" in owner.__doc__
+
+
+def _keys_and_dotted_names(tree: ast.AST) -> set[str]:
+    """Every dict key and `dict(key=...)` keyword, and every string naming a `section.key`."""
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Dict):
+            found.update(k.value for k in node.keys if isinstance(k, ast.Constant))
+        elif isinstance(node, ast.Call) and getattr(node.func, "id", None) == "dict":
+            found.update(k.arg for k in node.keywords if k.arg)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            found.update(w.strip("'`\"(),:") for w in node.value.split() if "." in w)
+    return found
+
+
+def test_no_module_outside_a_wing_defines_its_config_section():
+    """tx.config holds no wing's field (a default, a check naming `data.max_len`) but the older
+    values of saved runs (OLDER), and no section is defined by two wings' settings modules."""
+    names = _keys_and_dotted_names(ast.parse(MODULES["tx.config"].read_text()))
+    owners = {o for s, o in config.SECTIONS.items() if s != "model"}
+    for section, owner in config.SECTIONS.items():
+        if section != "model":
+            fields = set(owner.defaults()[section])
+            stray = names & (fields | {f"{section}.{f}" for f in fields}) - set(config.OLDER)
+            assert not stray, f"tx.config defines or checks {owner.__name__}'s {section}: {stray}"
+    defined = [s for o in owners for s in o.defaults()]
+    assert sorted(defined) == sorted(set(defined)), f"a section defined twice: {defined}"
+

@@ -15,6 +15,13 @@ shares. A module imports only from its own layer and the layers before it in thi
     tx.viz     learning curves, attention maps and other pictures
     tx.paper   whole runs: train -> average -> evaluate, the demo, the paper's tables, the road
     tx.cli     the command line (`python -m tx`): one module per command, no logic of its own
+
+A config section belongs to the wing that reads it: tx/data/settings.py (`data`),
+tx/train/settings.py (`optim`, `train`, `mesh`) and tx/infer/settings.py (`decode`) hold its
+fields, defaults and checks, and the names the wing's code reads; `model` is tx.model's frozen
+dataclasses. A settings module sits at tx.config's layer, not its wing's: tx.config composes
+the sections (and hands their checks a checker), so a settings module imports nothing of tx
+above tx.model, and no module outside the wing defines the section (tests/test_layout.py).
 """
 
 import importlib

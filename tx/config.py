@@ -5,12 +5,18 @@ stage: model, data, optim, train, decode, mesh. On the command line:
 
     --config configs/base.py[:ARG] --config.model.num_layers=4 --config.train.num_steps=10
 
-Everything is validated here, before anything compiles; errors name the offending key.
+Each section is owned by the wing that reads it (SECTIONS): tx.model's frozen dataclasses for
+`model`, and a settings module in the wing for the others (tx.data.settings, tx.train.settings,
+tx.infer.settings), which holds the section's fields, defaults, comments and checks. This module
+composes them (`defaults`) and keeps what is common: loading, overrides, the older values of a
+run's saved config.json, and the checker the sections' checks are handed (`Checker`). Everything
+is validated here, before anything compiles; errors name the offending key.
 """
 
 from __future__ import annotations
 
 import ast
+import dataclasses
 import importlib.util
 import json
 import os
@@ -19,32 +25,20 @@ import typing
 from collections.abc import Sequence
 
 import ml_collections
+from ml_collections import config_dict
 
+from tx.data import settings as data_settings
+from tx.infer import settings as infer_settings
 from tx.model import families
+from tx.train import settings as train_settings
 
-SECTIONS = ("model", "data", "optim", "train", "decode", "mesh")
-# The device mesh's axes, in mesh order (tx.train.sharding builds the mesh from them).
-AXES = ("data", "fsdp", "tensor")
-# tx.infer.search.STRATEGIES and tx.data.sources.ON_BAD_LINE (a test keeps them equal: config may
-# not import downstream modules).
-SEARCH_STRATEGIES = ("beam", "greedy", "sample")
-ON_BAD_LINE = ("error", "skip")
-# Keys added after runs were written: a run's config.json without them gets these values.
-LATER_KEYS = {
-    "data.on_bad_line": "error",
-    "mesh.heartbeat_timeout_secs": 100,
-    "train.loss_chunk_tokens": 8192,
-    "decode.no_repeat_ngram_size": 0,
-    "decode.max_length_ratio": 0.0,
-    "train.max_minutes": 0.0,
-    "train.keep_best": 0,
-    "train.best_metric": "dev_bleu",
-    "train.early_stopping_patience": 0,
-    "decode.average_which": "last",
-    "train.unlikelihood": 0.0,
-}
-# A dev metric that can choose checkpoints (tx.train.best) -> the key of its evaluation interval.
-BEST_METRICS = {"dev_bleu": "train.eval_bleu_every_steps", "dev_loss": "train.eval_every_steps"}
+# The wings' settings modules: defaults() -> {section: {field: default}}, and check(Checker).
+OWNERS = (data_settings, train_settings, infer_settings)
+# Section -> its owner; the model section is tx.model's (its families' frozen dataclasses).
+SECTIONS = {"model": families, **{s: o for o in OWNERS for s in o.defaults()}}
+# A run's config.json written before a key existed gets the value that run had: this where it
+# differs from today's default, else the default.
+OLDER = {"train.loss_chunk_tokens": 8192}
 
 
 class ConfigError(ValueError):
@@ -54,18 +48,42 @@ class ConfigError(ValueError):
 def load_config(path: str, overrides: Sequence[str] = ()) -> ml_collections.ConfigDict:
     """Imports `path` (optionally `path:arg`), applies `key=value` overrides and validates."""
     cfg = read_config(path)
-    _add_later_keys(cfg)
+    _fill_older_keys(cfg)
     for item in overrides:
         apply_override(cfg, item)
     validate(cfg)
     return cfg
 
 
-def _add_later_keys(cfg: ml_collections.ConfigDict) -> None:
-    for dotted, default in LATER_KEYS.items():
-        section, key = dotted.split(".")
-        if section in cfg and key not in cfg[section]:
-            cfg[section][key] = default
+def defaults() -> ml_collections.ConfigDict:
+    """Every section at its defaults: what configs/base.py starts from.
+
+    The model section is the Transformer's frozen dataclass at its defaults (a None default is
+    a placeholder of the field's type, so that overrides are type-checked); the wings' sections
+    are the paper's base recipe. The vocabulary size is one reference in the model and data
+    sections: setting either sets both.
+    """
+    config = families.FAMILIES[families.DEFAULT].config
+    model = {f.name: f.default for f in dataclasses.fields(config)}
+    for name, hint in typing.get_type_hints(config).items():
+        if name in model and model[name] is None:  # `int | None` -> a placeholder of int
+            model[name] = config_dict.placeholder(typing.get_args(hint)[0])
+    sections = {"model": model, **{s: d for o in OWNERS for s, d in o.defaults().items()}}
+    vocab = config_dict.FieldReference(sections["data"]["vocab_size"])
+    model["vocab_size"] = sections["data"]["vocab_size"] = vocab
+    return ml_collections.ConfigDict(sections)
+
+
+def _fill_older_keys(cfg: ml_collections.ConfigDict) -> None:
+    """Keys a run's config.json lacks, from before they existed: OLDER's value, else the default.
+    (A model section is its family's: its dataclass fills what the section lacks.)"""
+    fill = defaults()
+    for section in SECTIONS:
+        if section == "model" or section not in cfg:
+            continue
+        for key, value in fill[section].items():
+            if key not in cfg[section]:
+                cfg[section][key] = OLDER.get(f"{section}.{key}", value)
 
 
 def read_config(path: str) -> ml_collections.ConfigDict:
@@ -204,167 +222,68 @@ def _type_name(want) -> str:
 
 
 def validate(cfg: ml_collections.ConfigDict) -> None:
-    """Raises ConfigError naming the first invalid key."""
+    """Raises ConfigError naming the first invalid key: the model section's family checks it,
+    each other section's owner (OWNERS) through a Checker."""
     for section in SECTIONS:
         if section not in cfg:
             raise ConfigError(f"config has no section '{section}'")
-    mc = model_config(cfg)
-    if mc.family == "rnn" and cfg.data.pack:
-        raise ConfigError(
-            "data.pack=True: model.family='rnn' reads one pair per row (its state would run "
-            "across packed pairs); set data.pack=False"
-        )
-    _check_positive(
-        cfg,
-        "data.vocab_size",
-        "data.max_len",
-        "data.tokens_per_step",
-        "optim.warmup_steps",
-        "train.num_steps",
-        "train.micro_batches",
-        "train.keep_checkpoints",
-        "train.log_every_steps",
-        "decode.beam_size",
-        "decode.batch_tokens",
-        "mesh.heartbeat_timeout_secs",
-    )
-    _check_nonnegative(
-        cfg,
-        "optim.learning_rate_scale",
-        "decode.alpha",
-        "decode.max_extra_len",
-        "train.checkpoint_every_secs",
-        "train.checkpoint_every_steps",
-        "train.eval_every_steps",
-        "train.max_minutes",
-        "train.unlikelihood",
-        "optim.grad_clip_norm",
-    )
-    if _number(cfg, "train.loss_chunk_tokens") < -1:
-        raise ConfigError(
-            "train.loss_chunk_tokens must be -1 (per platform), 0 (plain loss) or > 0, got "
-            f"{cfg.train.loss_chunk_tokens}"
-        )
-    _check_unit(cfg, "train.label_smoothing")
-    _check_unit(cfg, "optim.b1", "optim.b2")
-    if cfg.model.vocab_size != cfg.data.vocab_size:
-        raise ConfigError(
-            f"model.vocab_size={cfg.model.vocab_size} differs from data.vocab_size="
-            f"{cfg.data.vocab_size}; the shared vocabulary sizes the embedding"
-        )
-    _check_decode(cfg)
-    _check_best(cfg)
-    if cfg.data.on_bad_line not in ON_BAD_LINE:
-        raise ConfigError(
-            f"data.on_bad_line must be one of {ON_BAD_LINE}, got {cfg.data.on_bad_line!r}"
-        )
-    if cfg.data.source not in ("demo", "text", "tfds", "trees"):
-        raise ConfigError(
-            f"data.source must be 'demo', 'text', 'tfds' or 'trees', got {cfg.data.source!r}"
-        )
-    buckets = cfg.data.bucket_lengths
-    if not isinstance(buckets, (tuple, list)) or not all(
-        isinstance(b, int) and not isinstance(b, bool) for b in buckets
-    ):
-        raise ConfigError(f"data.bucket_lengths must be a list of ints, got {buckets!r}")
-    buckets = tuple(buckets)
-    if not buckets or list(buckets) != sorted(set(buckets)) or buckets[0] <= 0:
-        raise ConfigError(f"data.bucket_lengths must be increasing positive ints, got {buckets}")
-    if buckets[-1] < cfg.data.max_len:
-        raise ConfigError(
-            f"data.bucket_lengths ends at {buckets[-1]} < data.max_len={cfg.data.max_len}"
-        )
-    if cfg.data.tokens_per_step < buckets[-1]:
-        raise ConfigError(
-            f"data.tokens_per_step={cfg.data.tokens_per_step} cannot hold one row of the "
-            f"longest bucket ({buckets[-1]})"
-        )
-    for axis, size in cfg.mesh.shape.items():
-        if axis not in AXES:
-            raise ConfigError(f"unknown mesh axis 'mesh.shape.{axis}'")
-        if _number(cfg, f"mesh.shape.{axis}") == 0 or size < -1:
-            raise ConfigError(f"mesh.shape.{axis} must be positive or -1, got {size}")
+    model_config(cfg)
+    checker = Checker(cfg)
+    for owner in OWNERS:
+        owner.check(checker)
 
 
-def _check_decode(cfg: ml_collections.ConfigDict) -> None:
-    decode = cfg.decode
-    if decode.strategy not in SEARCH_STRATEGIES:
-        raise ConfigError(
-            f"decode.strategy must be one of {SEARCH_STRATEGIES}, got {decode.strategy!r}"
-        )
-    if not _number(cfg, "decode.temperature") > 0:
-        raise ConfigError(f"decode.temperature must be positive, got {decode.temperature}")
-    if _number(cfg, "decode.top_k") < 0:
-        raise ConfigError(f"decode.top_k must be >= 0, got {decode.top_k}")
-    ngram = _number(cfg, "decode.no_repeat_ngram_size")
-    if not isinstance(ngram, int) or ngram < 0:
-        raise ConfigError(f"decode.no_repeat_ngram_size must be an int >= 0 (0 = off), got {ngram}")
-    ratio = _number(cfg, "decode.max_length_ratio")
-    if not 0 <= ratio < float("inf"):  # nan and inf as well
-        raise ConfigError(f"decode.max_length_ratio must be finite and >= 0 (0 = off), got {ratio}")
+class Checker:
+    """What a section's `check` is handed: the whole config (`cfg`) and checks that raise
+    ConfigError naming the key, so that the wings' settings modules need not import tx.config
+    (which imports them)."""
 
+    def __init__(self, cfg: ml_collections.ConfigDict):
+        self.cfg = cfg
 
-def _check_best(cfg: ml_collections.ConfigDict) -> None:
-    """Keeping the best checkpoints needs a known metric that is evaluated (tx.train.best)."""
-    t = cfg.train
-    _check_nonnegative(cfg, "train.keep_best", "train.early_stopping_patience")
-    if t.best_metric not in BEST_METRICS:
-        raise ConfigError(
-            f"train.best_metric must be one of {tuple(BEST_METRICS)}, got {t.best_metric!r}"
-        )
-    every = BEST_METRICS[t.best_metric]
-    if t.early_stopping_patience and not t.keep_best:
-        raise ConfigError(
-            "train.early_stopping_patience needs train.keep_best >= 1 (the best checkpoint "
-            "must be kept to know when training stopped improving)"
-        )
-    if t.keep_best and not _number(cfg, every):
-        raise ConfigError(
-            f"train.keep_best={t.keep_best} chooses by {t.best_metric}, which is never "
-            f"evaluated: set {every} > 0"
-        )
-    if cfg.decode.average_which not in ("last", "best"):
-        raise ConfigError(
-            f"decode.average_which must be 'last' or 'best', got {cfg.decode.average_which!r}"
-        )
-    if cfg.decode.average_which == "best" and not t.keep_best:
-        raise ConfigError("decode.average_which='best' needs train.keep_best >= 1")
+    def fail(self, message: str) -> typing.NoReturn:
+        raise ConfigError(message)
 
+    def get(self, dotted: str):
+        node = self.cfg
+        for part in dotted.split("."):
+            if part not in node:
+                self.fail(f"config has no key '{dotted}'")
+            node = node[part]
+        return node
 
-def _get(cfg, dotted: str):
-    node = cfg
-    for part in dotted.split("."):
-        if part not in node:
-            raise ConfigError(f"config has no key '{dotted}'")
-        node = node[part]
-    return node
+    def number(self, key: str):
+        """The number at `key`; a ConfigError naming the key if it is anything else (a
+        hand-edited config.json can hold a string or a list where a number belongs)."""
+        value = self.get(key)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            self.fail(f"{key} must be a number, got {value!r} ({type(value).__name__})")
+        return value
 
+    def positive(self, *keys: str) -> None:
+        for key in keys:
+            if not self.number(key) > 0:
+                self.fail(f"{key} must be positive, got {self.get(key)}")
 
-def _number(cfg, key: str):
-    """The number at `key`; a ConfigError naming the key if it is anything else (a hand-edited
-    config.json can hold a string or a list where a number belongs)."""
-    value = _get(cfg, key)
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ConfigError(f"{key} must be a number, got {value!r} ({type(value).__name__})")
-    return value
+    def nonnegative(self, *keys: str) -> None:
+        for key in keys:
+            if self.number(key) < 0:
+                self.fail(f"{key} must be >= 0, got {self.get(key)}")
 
+    def unit(self, *keys: str) -> None:
+        for key in keys:
+            if not 0.0 <= self.number(key) < 1.0:
+                self.fail(f"{key} must be in [0, 1), got {self.get(key)}")
 
-def _check_positive(cfg, *keys):
-    for key in keys:
-        if not _number(cfg, key) > 0:
-            raise ConfigError(f"{key} must be positive, got {_get(cfg, key)}")
-
-
-def _check_nonnegative(cfg, *keys):
-    for key in keys:
-        if _number(cfg, key) < 0:
-            raise ConfigError(f"{key} must be >= 0, got {_get(cfg, key)}")
-
-
-def _check_unit(cfg, *keys):
-    for key in keys:
-        if not 0.0 <= _number(cfg, key) < 1.0:
-            raise ConfigError(f"{key} must be in [0, 1), got {_get(cfg, key)}")
+    def one_of(self, key: str, choices: tuple, spelled: bool = False):
+        """The value at `key`, one of `choices` (named in the error as a tuple, or spelled out:
+        "'a', 'b' or 'c'")."""
+        value = self.get(key)
+        if value not in choices:
+            *rest, last = map(repr, choices)
+            shown = f"{', '.join(rest)} or {last}" if spelled else f"one of {choices}"
+            self.fail(f"{key} must be {shown}, got {value!r}")
+        return value
 
 
 def split_config_args(argv: Sequence[str]) -> tuple[list[str], str | None, list[str]]:

@@ -1,5 +1,6 @@
 """The data wing: sources -> SentencePiece -> token id cache -> token-budget batches, per host.
 
+    settings.py      the config's `data` section: fields, defaults, checks (tx.config's layer)
     sources.py       TFDS WMT, plain text files, the demo corpus, treebanks: sentence pairs
     demo_corpus.py   the built-in offline corpus (synthetic, generated)
     trees.py         Penn Treebank trees, their linearization for parsing as translation
@@ -9,4 +10,5 @@
     dataset.py       one split of a run's data, from config to batches
 
 May import: tx.tokens, tx.model, tx.config, tx.workdir and this wing.
+settings.py sits at tx.config's layer: it imports nothing of tx above tx.model.
 """

@@ -26,13 +26,13 @@ import ml_collections
 
 from tx.data import demo_corpus
 from tx.data import trees as parsing
+from tx.data.settings import ON_BAD_LINE, SOURCES
 
 SPLITS = ("train", "dev", "test")
 
 # TFDS split names: WMT14 dev = newstest2013 and test = newstest2014, as in the paper.
 TFDS_SPLITS = {"train": "train", "dev": "validation", "test": "test"}
 DEMO_EVAL_SIZE = 500  # dev and test sentences of the demo corpus
-ON_BAD_LINE = ("error", "skip")  # data.on_bad_line: what invalid UTF-8 in training text does
 UTF8_BOM = b"\xef\xbb\xbf"
 UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
 
@@ -73,7 +73,8 @@ def load_split(data: ml_collections.ConfigDict, split: str) -> ParallelText:
         return tfds_split(data.tfds_name, split, data.src_lang, data.tgt_lang, data.tfds_data_dir)
     if data.source == "trees":
         return tree_split(_tree_pattern(data, split))
-    raise DataError(f"data.source must be 'demo', 'text', 'tfds' or 'trees', got {data.source!r}")
+    *rest, last = map(repr, SOURCES)
+    raise DataError(f"data.source must be {', '.join(rest)} or {last}, got {data.source!r}")
 
 
 def demo_split(data: ml_collections.ConfigDict, split: str) -> ParallelText:
@@ -107,7 +108,7 @@ def text_split(
         raise DataError(f"line counts differ: {src_path} has {n_src} lines, {tgt_path} has {n_tgt}")
     if n_src == 0:
         raise DataError(f"{src_path} and {tgt_path} are empty")
-    files = {path: _file_digest(path) for path in (src_path, tgt_path)}
+    files = {path: file_sha256(path) for path in (src_path, tgt_path)}
     digest = "".join(files.values())
     # Skipping changes which pairs a cache holds: it must not share one with "error".
     fingerprint = _sha(digest + (":skip-bad-lines" if on_bad_line == "skip" else ""))
@@ -159,7 +160,7 @@ def tree_split(pattern: str) -> ParallelText:
     """Parsing as translation (the paper's Table 4): bracketed trees as (words, linearized
     tree) pairs, with tx.data.trees's linearization."""
     paths = tree_paths(pattern)
-    files = {path: _file_digest(path) for path in paths}
+    files = {path: file_sha256(path) for path in paths}
     fingerprint = _sha(f"linearize-v{parsing.FORMAT}" + "".join(files.values()))
 
     def pairs():
@@ -259,11 +260,12 @@ def _count_lines(path: str) -> int:
     return n + (last != b"\n")  # a last line without a newline still counts
 
 
-def _file_digest(path: str) -> str:
+def file_sha256(path: str) -> str:
+    """The hex sha256 of a file's bytes, read in blocks (source files, the token cache's)."""
     h = hashlib.sha256()
     with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            h.update(chunk)
+        while block := f.read(1 << 23):
+            h.update(block)
     return h.hexdigest()
 
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
 import itertools
 import json
 import logging
@@ -28,7 +27,7 @@ import time
 
 import numpy as np
 
-from tx.data.sources import ParallelText
+from tx.data.sources import ParallelText, file_sha256
 from tx.data.tokenizer import Tokenizer
 
 CHUNK = 20_000  # sentence pairs per worker task
@@ -155,19 +154,11 @@ def _load(path: str) -> TokenizedSplit:
     return TokenizedSplit(**arrays)
 
 
-def _sha256(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(1 << 23):
-            h.update(block)
-    return h.hexdigest()
-
-
 def _write_manifest(path: str) -> None:
     entries = {}
     for name in FILES:
         file = os.path.join(path, f"{name}.npy")
-        entries[name] = {"bytes": os.path.getsize(file), "sha256": _sha256(file)}
+        entries[name] = {"bytes": os.path.getsize(file), "sha256": file_sha256(file)}
     with open(os.path.join(path, MANIFEST), "w") as f:
         json.dump(entries, f, indent=2)
         f.flush()
@@ -186,7 +177,7 @@ def _load_checked(path: str) -> tuple[TokenizedSplit | None, str]:
                 if not os.path.exists(file):
                     return None, f"{name}.npy is missing"
                 if os.path.getsize(file) != entries[name]["bytes"] or (
-                    _sha256(file) != entries[name]["sha256"]
+                    file_sha256(file) != entries[name]["sha256"]
                 ):
                     return None, f"{name}.npy differs from its manifest"
         except (OSError, ValueError, KeyError, TypeError) as e:

@@ -1,5 +1,6 @@
 """The inference wing: from a trained run to translations.
 
+    settings.py        the config's `decode` section: fields, defaults, checks (tx.config's layer)
     search.py          beam search, greedy, sampling: pure functions over a Decoder
     decoders.py        a model's Decoder (any family), and ensembles of them
     translate.py       load a run (or an ensemble), translate sentences, n-best lists
@@ -10,4 +11,5 @@
     server.py          the HTTP JSON translation server
 
 May import: tx.tokens, tx.model, tx.config, tx.workdir, tx.data, tx.train and this wing.
+settings.py sits at tx.config's layer: it imports nothing of tx above tx.model.
 """

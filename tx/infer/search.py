@@ -25,7 +25,8 @@ occurs twice in a hypothesis (`repeated_ngram_bans`); `max_output_length`'s rati
 sentence's output length at a multiple of its input's as well.
 
 `Strategy` (from `cfg.decode`) picks one: every caller (translate, evaluate, benchmarks) goes
-through `Strategy.__call__`, so a new strategy is added here once.
+through `Strategy.__call__`, so a new strategy is added here and named in
+tx.infer.settings.STRATEGIES (which the config's check reads).
 """
 
 from __future__ import annotations
@@ -41,10 +42,9 @@ import jax.numpy as jnp
 import ml_collections
 
 from tx.infer.safeguards import repeated_ngram_bans
+from tx.infer.settings import STRATEGIES
 from tx.infer.topk import NEG, top_log_probs
 from tx.tokens import BOS_ID, EOS_ID, PAD_ID
-
-STRATEGIES = ("beam", "greedy", "sample")
 
 
 def gather_rows(cache: Any, rows: jax.Array) -> Any:
@@ -80,11 +80,11 @@ def windows(max_steps: int) -> list[int]:
     (31 -> 8, 16, 31; 80 -> 24, 40, 80; 20 -> 8, 20; 9 -> 9).
 
     Every window is its own loop, compiled once, with a cache of its end's size: a step
-    attends over, and beam search reorders, that many positions instead of max_steps. The
-    base model's beam-4 search of 31 steps (benchmarks/side_by_side.py's) took 6% less time
-    on a CPU, and the demo test set's 2.5 s against 5.4 s (a translation's maximum length is
-    its input's + 50, mostly unreached). Each window adds a compile of the step: three
-    bound it."""
+    attends over, and beam search reorders, that many positions instead of max_steps; a
+    translation's maximum length (its input's + 50) is mostly unreached, so a search that
+    stops early makes few steps, or none, in the larger windows. Each window adds a compile
+    of the step: three bound it. Figures: docs/performance.md, "Decoding in windows and the
+    first step on one row"."""
     ends = [max_steps]
     for fraction in EARLIER_WINDOWS:
         end = 8 * math.ceil(max_steps * fraction / 8)
@@ -186,8 +186,8 @@ def _one_row_per_sentence(decoder: Decoder, batch: int, k: int) -> Decoder:
     """The decoder of beam search's first step, run on one row per sentence: at step 0 the k
     rows of a sentence hold the same token (BOS) and the same cache, so they have the same
     logits. Those are computed once and repeated, and the step's reorder, whose parents can
-    only be copies of that row, gives each of the k rows its sentence's new cache. The base
-    model's 31-step beam-4 search took 1% less time on a CPU (2.670 s against 2.696 s)."""
+    only be copies of that row, gives each of the k rows its sentence's new cache: one step's
+    work of k rows is done once (figures: docs/performance.md, as `windows`)."""
     first = jnp.arange(batch) * k  # each sentence's first row
 
     def tokens_to_logits(ids, cache):

@@ -1,7 +1,7 @@
-"""The Transformer's frozen architecture, `ModelConfig`, and what follows from it alone: its
-parameters counted from the paper's equations (`param_count`) and the FLOPs of a training step
-(`train_flops`), which tx.model.counting reads through the family's entry in tx.model.families.
-The module that runs it is tx.model.transformer's.
+"""The Transformer's frozen architecture, `ModelConfig` (run by tx.model.transformer), and what
+follows from it alone: its parameters counted from the paper's equations (`param_count`) and the
+FLOPs of a training step (`train_flops`), which tx.model.counting reads through the family's
+entry in tx.model.families.
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ class ModelConfig(ConfigShell):
 
     family: ClassVar[str] = "transformer"  # model.family (tx.model.families); not a field
 
-    vocab_size: int = 37000
+    vocab_size: int = 37000  # = data.vocab_size: one shared source-target vocabulary
     vocab_multiple: int = 1  # embedding rows rounded up to a multiple of this (layers.Embed)
-    d_model: int = 512  # d_model
+    d_model: int = 512  # d_model: every sub-layer's output and the embeddings
     num_heads: int = 8  # h
     d_k: int | None = None  # query/key width per head; None -> d_model // h
     d_v: int | None = None  # value width per head; None -> d_model // h
@@ -35,16 +35,21 @@ class ModelConfig(ConfigShell):
     num_encoder_layers: int | None = None
     num_decoder_layers: int | None = None
     dropout_rate: float = 0.1  # P_drop: sub-layer outputs and embedding+PE sums
-    attention_dropout_rate: float = 0.0  # on attention weights (not in the paper)
+    attention_dropout_rate: float = 0.0  # on attention weights (not in the paper; t2t v1: 0)
     relu_dropout_rate: float = 0.0  # inside the feed-forward (not in the paper)
     share_embeddings: bool = True  # one matrix for source, target and pre-softmax
     positional: str = "sinusoidal"  # or "learned" (Table 3 row E)
-    max_len: int = 1024  # table size for learned positions
+    max_len: int = 1024  # table size for learned positions (unused for sinusoids)
     pre_ln: bool = False  # False = the paper's LayerNorm(x + Dropout(Sublayer(x)))
     layer_norm_epsilon: float = 1e-6
-    dtype: str = "float32"  # compute dtype
+    # Compute dtype; parameters and Adam's moments stay float32 and products accumulate in
+    # float32. bf16 on GPUs, TPUs and CPUs with bf16 units (docs/performance.md).
+    dtype: str = "float32"
     param_dtype: str = "float32"
-    attention_impl: str = "auto"  # tx.model.attention.ATTENTION_IMPLS
+    # tx.model.kernels.ATTENTION_IMPLS: "auto" is splash on TPUs (lengths in 128s), cuDNN flash
+    # attention on GPUs (bf16/fp16), XLA's elsewhere; "explicit" forms the weights (always so
+    # for attention dropout, drawn maps and d_k != d_v).
+    attention_impl: str = "auto"
 
     def __post_init__(self):
         h = self.num_heads

@@ -1,19 +1,23 @@
 """The training wing: from a config and data to checkpoints.
 
+    settings.py      the config's `optim`, `train`, `mesh` sections (tx.config's layer)
     sharding.py      the device mesh, logical axis rules, data shards per process
     optim.py         Adam with the paper's inverse-square-root warm-up
     losses.py        label-smoothed cross-entropy, in pieces over the vocabulary
     trainer.py       the pure, jitted train and eval steps and their sharded state
     loop.py          the loop: resume, batches, steps, evaluation, checkpoints, summaries
-    checkpoint.py    Orbax checkpoints: save, restore, keep the last N, the averaged store
-    averaging.py     averaging the last N checkpoints (the paper's 5 / 20)
+    checkpoint.py    Orbax checkpoints: save, restore, keep the last N and the best
+    averaging.py     averaging the last N or best N checkpoints, and the store of averages
     runlock.py       one run per workdir: the lock that train and average hold
-    monitor.py       throughput, MFU, progress lines, TensorBoard summaries
-    distributed.py   jax.distributed start-up, barriers, a lost process
+    monitor.py       the metrics window (a non-finite loss raises Diverged), throughput,
+                     MFU, progress lines, TensorBoard summaries
+    distributed.py   jax.distributed start-up, barriers, a stop signal every process agrees
+                     on, a lost process
     runcard.py       the run card: what ran, on what, with which code and data
     sizing.py        what a config asks for: parameters, rows and real tokens per step
     aot.py           the train step compiled ahead of time for a slice: memory, step time
     chips.py         HBM, peak FLOP/s and bandwidth of the TPUs and GPUs tx plans for
 
 May import: tx.tokens, tx.model, tx.config, tx.workdir, tx.data and this wing.
+settings.py sits at tx.config's layer: it imports nothing of tx above tx.model.
 """

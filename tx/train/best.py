@@ -24,7 +24,7 @@ import dataclasses
 
 import ml_collections
 
-from tx.config import BEST_METRICS
+from tx.train.settings import BEST_METRICS
 
 # A metric -> whether higher is better. Where it comes from: dev_bleu from the dev BLEU hook
 # (every train.eval_bleu_every_steps, sacreBLEU of the configured search), dev_loss from the

@@ -19,7 +19,7 @@ from flax import linen as nn
 from jax.experimental import mesh_utils
 from jax.sharding import Mesh, NamedSharding
 
-from tx.config import AXES
+from tx.train.settings import AXES
 
 
 class MeshError(ValueError):
