@@ -6,12 +6,10 @@ PY := $(VENV)/bin/python
 .PHONY: demo test lint setup
 
 # glibc backs its large allocations with transparent huge pages (glibc >= 2.35; others ignore
-# it). XLA:CPU allocates its scratch buffers afresh for every step, and first touching them a
-# 4 KiB page at a time cost the base model's step 0.4 s of 5 s: on 2 cores of an AMD EPYC the
-# base step took 4.65 s against 5.05 s, the demo's training ran at 21.1k tokens/s against
-# 17.7-19.0k (docs/training.md). Not glibc's one arena, which `python -m tx train` adds for
-# itself: the tests compile more than they run, and compiling is slower on one arena.
-# A GLIBC_TUNABLES of your own is kept.
+# it): XLA:CPU allocates its scratch buffers afresh every step, and touching them 4 KiB at a
+# time is slow. Not glibc's one arena, which `python -m tx train` adds for itself: the tests
+# compile more than they run, and compiling is slower on one arena. A GLIBC_TUNABLES of your
+# own is kept. Figures: docs/training.md#on-a-cpu-huge-pages-and-to-train-one-malloc-arena
 export GLIBC_TUNABLES ?= glibc.malloc.hugetlb=1
 
 # libtpu (XLA's TPU compiler, the version jax pins) goes to a directory of its own, not into
@@ -37,9 +35,8 @@ demo: setup
 	$(PY) -m tx demo --workdir runs/demo
 
 # The default test suite (slow tests excluded; `make test PYTEST_ARGS="-m slow"` runs those),
-# in TEST_WORKERS processes (pytest-xdist): on 2 cores of an AMD EPYC 2 workers took 12 minutes
-# where one took 18, since most tests wait on one-threaded XLA compiles (an earlier suite;
-# current times in docs/development.md).
+# in TEST_WORKERS processes (pytest-xdist): most tests wait on one-threaded XLA compiles, so
+# two workers beat one even on 2 cores. Times: docs/development.md#how-long-the-suite-takes
 TEST_WORKERS ?= 2
 test: setup
 	$(PY) -m ruff check tx tests configs benchmarks train.py

@@ -1,6 +1,6 @@
 """Train a Transformer: python train.py --config configs/base.py --workdir runs/base.
 
-The same as `python -m tx train ...`; see tx/cli/__init__.py for every option.
+The same as `python -m tx train ...`; `python -m tx train --help` lists every option.
 """
 
 import sys

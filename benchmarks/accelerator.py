@@ -30,8 +30,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import RESULTS, environment, full_length_beam_search  # noqa: E402
 
 from tx.config import load_config  # noqa: E402
-from tx.model.kernels import attention_impl  # noqa: E402
 from tx.model.counting import train_flops_per_step  # noqa: E402
+from tx.model.kernels import attention_impl  # noqa: E402
 from tx.train.monitor import peak_tflops  # noqa: E402
 from tx.train.trainer import build, create_train_state, jit_train_step  # noqa: E402
 

@@ -62,6 +62,16 @@ def trained(tmp_path_factory, tiny):
     return path
 
 
+@pytest.fixture(scope="module")
+def trained_model(trained):
+    """(config, LoadedModel) of the shared run's newest checkpoint (not an average)."""
+    from tx import workdir as wd
+    from tx.infer.translate import load_model
+
+    cfg = load_config(wd.config_file(trained))
+    return cfg, load_model(cfg, trained, averaged=False)
+
+
 @pytest.fixture(scope="session")
 def vocab(tmp_path_factory, tiny):
     """The tiny config's vocabulary, trained once: runs given it (`data.vocab_path`) skip

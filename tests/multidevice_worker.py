@@ -24,6 +24,7 @@ from tx.train.trainer import (  # noqa: E402
     create_train_state,
     jit_train_step,
 )
+from tx.workdir import is_main  # noqa: E402
 
 # Tiny, but divisible by a tensor axis of 8 (heads, d_ff, vocabulary).
 OVERRIDES = ["model.num_heads=8", "data.vocab_size=320", "model.dropout_rate=0.1"]
@@ -213,7 +214,7 @@ def save(out, workdir, shape):
     ckpt = Checkpointer(workdir, async_save=True)
     ckpt.save(STEPS, state, {"epoch": 0, "batch": STEPS})
     ckpt.close()
-    if jax.process_index() == 0:
+    if is_main():
         np.savez(out, **flat(state))
 
 
@@ -236,7 +237,7 @@ def multiprocess(out, workdir, port, pid):
     ckpt.save(STEPS, state, {"epoch": 0, "batch": STEPS})
     ckpt.close()
     params = flat(state)
-    if jax.process_index() == 0:
+    if is_main():
         np.savez(out, **params)
         _dump_record(out, record, processes=jax.process_count())
     jax.distributed.shutdown()
@@ -277,7 +278,7 @@ def _decode(out, trainer, state):
     )
     decode.update(temperature=1.0, top_k=0, seed=0)
     hyps = translate_ids(loaded, ids, decode, (8, 16, 32), nbest=2)
-    if jax.process_index() == 0:
+    if is_main():
         json.dump([[h[0][0].tolist(), h[0][1], h[1][1]] for h in hyps], open(out, "w"))
 
 
@@ -302,7 +303,7 @@ def interleaved(out, kind, mapping, what, port, pid):
         trainer, _ = setup(shape, order)
         _check_interleaved(trainer.mesh)
         state, record = run_sgd(shape, order, rows=trainer.layout.process_rows(ROWS))
-        if jax.process_index() == 0:
+        if is_main():
             _dump_record(out, record, processes=jax.process_count())
     else:
         _decode(out, *setup(shape, order))

@@ -5,10 +5,7 @@ import subprocess
 import sys
 
 import numpy as np
-import pytest
 
-from tx import workdir as wd
-from tx.config import load_config
 from tx.infer.alignment import (
     align,
     align_pair,
@@ -18,7 +15,7 @@ from tx.infer.alignment import (
     word_ids,
 )
 from tx.infer.attention_maps import attention_weights, pieces
-from tx.infer.translate import load_model, translate_pairs
+from tx.infer.translate import translate_pairs
 from tx.tokens import EOS_ID
 
 # "Today, she needs the boat." -> "Heute braucht sie das Boot." as a BPE might cut them.
@@ -82,14 +79,8 @@ def test_an_empty_side_has_no_links():
     assert align_pair(np.ones((1, 3)) / 3, ["▁a", "▁b", "</s>"], ["</s>"]) == []
 
 
-@pytest.fixture(scope="module")
-def run(trained):
-    cfg = load_config(wd.config_file(trained))
-    return cfg, load_model(cfg, trained, averaged=False)
-
-
-def test_batched_alignment_equals_one_pair_at_a_time(run):
-    cfg, loaded = run
+def test_batched_alignment_equals_one_pair_at_a_time(trained_model):
+    cfg, loaded = trained_model
     lines = ["The dog sees a cat.", "", "I know that the man buys two hundred red cars."]
     pairs = translate_pairs(loaded, lines, cfg)
     got = align(loaded, pairs, layer=0)

@@ -6,19 +6,16 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tx import workdir as wd
-from tx.config import load_config
 from tx.infer.attention_maps import attention_weights, sentence_maps
-from tx.infer.translate import load_model, translate_pairs
+from tx.infer.translate import translate_pairs
 from tx.model.transformer import Transformer
 from tx.model.transformer_decoding import init_cache
 from tx.tokens import BOS_ID, EOS_ID
 
 
 @pytest.fixture(scope="module")
-def run(trained):
-    cfg = load_config(wd.config_file(trained))
-    return cfg, load_model(cfg, trained, averaged=False)
+def run(trained_model):
+    return trained_model
 
 
 @pytest.fixture(scope="module")

@@ -15,8 +15,8 @@ from orbax.checkpoint._src.futures import future as ocp_future
 
 from tx import workdir as wd
 from tx.infer.translate import StaleAverage, _check_fresh
-from tx.train import averaged, checkpoint
-from tx.train.averaging import average_last
+from tx.train import checkpoint
+from tx.train.averaging import average_last, averaged_steps, restore_averaged
 from tx.train.checkpoint import Checkpointer, averaging_steps
 from tx.train.trainer import TrainState
 
@@ -62,7 +62,7 @@ def test_average_uses_only_step_spaced_checkpoints(tmp_path):
     )
     path, steps = average_last(str(tmp_path), 3, abstract.params, every=5)
     assert steps == [5, 10, 15] and path.endswith("averaged/15")
-    params, meta = averaged.restore_averaged(str(tmp_path), 15, abstract.params)
+    params, meta = restore_averaged(str(tmp_path), 15, abstract.params)
     np.testing.assert_array_equal(np.asarray(params["w"]), np.full(3, 10.0))  # (5+10+15)/3
     assert meta["averaged_steps"] == [5, 10, 15]
 
@@ -242,13 +242,13 @@ def test_a_failed_average_leaves_the_earlier_average(tmp_path, monkeypatch):
     fail_writes_under(monkeypatch, "/.staging/")
     with pytest.raises(wd.WriteFailed, match=r"averaged checkpoint .*averaged/15 was not written"):
         average_last(str(tmp_path), 2, params)
-    assert averaged.averaged_steps(str(tmp_path)) == [15]
-    kept, meta = averaged.restore_averaged(str(tmp_path), 15, params)
+    assert averaged_steps(str(tmp_path)) == [15]
+    kept, meta = restore_averaged(str(tmp_path), 15, params)
     assert meta["averaged_steps"] == [5, 10, 15]
     np.testing.assert_array_equal(np.asarray(kept["w"]), np.full(3, 10.0))
     monkeypatch.undo()
     average_last(str(tmp_path), 2, params)  # replaces it whole
-    new, meta = averaged.restore_averaged(str(tmp_path), 15, params)
+    new, meta = restore_averaged(str(tmp_path), 15, params)
     assert meta["averaged_steps"] == [10, 15]
     np.testing.assert_array_equal(np.asarray(new["w"]), np.full(3, 12.5))
     assert sorted(os.listdir(tmp_path / "averaged")) == [".staging", "15"]

@@ -155,3 +155,21 @@ def test_no_module_outside_a_wing_defines_its_config_section():
     defined = [s for o in owners for s in o.defaults()]
     assert sorted(defined) == sorted(set(defined)), f"a section defined twice: {defined}"
 
+
+def test_the_command_registry_is_the_only_list_of_commands():
+    """tx.cli.COMMANDS names the commands once: each is a module tx/cli/<name>.py and each such
+    module is one, and no other module spells out three or more of their names in a literal."""
+    from tx.cli import COMMANDS
+
+    modules = {p.stem for p in (PACKAGE / "cli").glob("*.py")} - {"__init__", "main", "options"}
+    assert modules == set(COMMANDS), f"tx/cli/*.py vs tx.cli.COMMANDS: {modules ^ set(COMMANDS)}"
+    lists = []
+    for m, path in MODULES.items():
+        if m == "tx.cli":  # the registry itself
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            items = node.keys if isinstance(node, ast.Dict) else getattr(node, "elts", [])
+            named = {i.value for i in items if isinstance(i, ast.Constant)} & set(COMMANDS)
+            if len(named) >= 3:
+                lists.append(f"{m}:{node.lineno}")
+    assert not lists, f"command names listed outside tx.cli.COMMANDS: {lists}"

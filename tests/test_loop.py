@@ -16,7 +16,8 @@ from test_checkpoint import _files, damage
 
 from tx.config import ConfigError
 from tx.train.checkpoint import Checkpointer, UnreadableCheckpoint
-from tx.train.loop import Diverged, train
+from tx.train.loop import train
+from tx.train.monitor import Diverged
 from tx.train.trainer import abstract_train_state, build
 from tx.workdir import WriteFailed
 
@@ -243,23 +244,3 @@ def test_max_minutes_stops_with_a_checkpoint_and_train_goes_on(vocab, tmp_path, 
     assert train(cfg, str(tmp_path))["step"] == 1
     assert Checkpointer(str(tmp_path)).all_steps() == [1]
     assert train(tiny(f"data.vocab_path={vocab}", "train.num_steps=6"), str(tmp_path))["step"] == 6
-
-
-def test_progress_reports_the_unlikelihood_term_per_token_when_trained_with_it():
-    """`train.unlikelihood` > 0: the logged (and TensorBoard's train/) metrics carry its sum
-    over the logged steps per target token, as the loss; without it there is no such key."""
-    from tx.train.loop import _Window
-    from tx.train.monitor import Throughput
-
-    def step_metrics(unlikelihood):
-        m = dict(loss=6.0, nll=8.0, weight=4.0, src_tokens=3.0, finite=True, learning_rate=1e-3)
-        return m if unlikelihood is None else {**m, "unlikelihood": unlikelihood}
-
-    window = _Window(lambda *args: 0.0)
-    for step, ul in ((1, 2.0), (2, 1.0)):
-        window.add(step, step_metrics(ul), (8, 8))
-    out = window.drain(Throughput(1, 0.0))
-    assert out["unlikelihood"] == pytest.approx(3.0 / 8.0)
-    assert out["loss"] == pytest.approx(12.0 / 8.0)
-    window.add(3, step_metrics(None), (8, 8))
-    assert "unlikelihood" not in window.drain(Throughput(1, 0.0))

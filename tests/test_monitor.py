@@ -1,4 +1,5 @@
-"""Watching a run: the progress line, speed and MFU, peak FLOP/s by device, TensorBoard."""
+"""Watching a run: the progress line, the metrics window, speed and MFU, peak FLOP/s by device,
+TensorBoard."""
 
 import io
 import math
@@ -7,7 +8,7 @@ import os
 import pytest
 
 from tx.train import monitor
-from tx.train.monitor import Progress, Summaries, Throughput, peak_tflops
+from tx.train.monitor import Progress, Summaries, Throughput, Window, peak_tflops
 
 
 class FakeDevice:
@@ -69,3 +70,21 @@ def test_summaries_write_only_where_enabled(tmp_path, enabled):
     assert os.path.isdir(directory) == enabled
     if enabled:
         assert any(name.startswith("events.out.tfevents") for name in os.listdir(directory))
+
+
+def test_progress_reports_the_unlikelihood_term_per_token_when_trained_with_it():
+    """`train.unlikelihood` > 0: the logged (and TensorBoard's train/) metrics carry its sum
+    over the logged steps per target token, as the loss; without it there is no such key."""
+
+    def step_metrics(unlikelihood):
+        m = dict(loss=6.0, nll=8.0, weight=4.0, src_tokens=3.0, finite=True, learning_rate=1e-3)
+        return m if unlikelihood is None else {**m, "unlikelihood": unlikelihood}
+
+    window = Window(lambda *args: 0.0)
+    for step, ul in ((1, 2.0), (2, 1.0)):
+        window.add(step, step_metrics(ul), (8, 8))
+    out = window.drain(Throughput(1, 0.0))
+    assert out["unlikelihood"] == pytest.approx(3.0 / 8.0)
+    assert out["loss"] == pytest.approx(12.0 / 8.0)
+    window.add(3, step_metrics(None), (8, 8))
+    assert "unlikelihood" not in window.drain(Throughput(1, 0.0))

@@ -16,14 +16,8 @@ LINES = [
 ]
 
 
-@pytest.fixture(scope="module")
-def run(trained):
-    cfg = load_config(wd.config_file(trained))
-    return cfg, load_model(cfg, trained, averaged=False)
-
-
-def test_translate_keeps_order_and_empty_lines(run):
-    cfg, loaded = run
+def test_translate_keeps_order_and_empty_lines(trained_model):
+    cfg, loaded = trained_model
     together = translate(loaded, LINES, cfg)
     assert len(together) == len(LINES) and together[1] == "" and together[3] == ""
     for line, out in zip(LINES, together, strict=True):
@@ -45,8 +39,8 @@ def _ids(loaded, lines):
     return [np.asarray(loaded.tokenizer.encode(s), np.int32) for s in lines if s.strip()]
 
 
-def test_strategies_and_nbest(run):
-    cfg, loaded = run
+def test_strategies_and_nbest(trained_model):
+    cfg, loaded = trained_model
     ids = _ids(loaded, LINES)
     buckets = tuple(cfg.data.bucket_lengths)
     beam = translate_ids(loaded, ids, cfg.decode, buckets, nbest=4)
@@ -67,10 +61,10 @@ def test_strategies_and_nbest(run):
         translate_ids(loaded, ids, sample, buckets, nbest=2)
 
 
-def test_odd_text_translates_line_for_line(run):
+def test_odd_text_translates_line_for_line(trained_model):
     """Control characters, NUL, a BOM inside a line, unseen scripts, a long line: one output
     line per input line, never an exception (unknown pieces decode as the unknown symbol)."""
-    cfg, loaded = run
+    cfg, loaded = trained_model
     lines = [
         "\x00",
         "\ufeffThe dog sees a cat.",
@@ -85,8 +79,8 @@ def test_odd_text_translates_line_for_line(run):
     assert all(isinstance(o, str) for o in out)
 
 
-def test_nbest_lines_best_first_with_empty_lines(run):
-    cfg, loaded = run
+def test_nbest_lines_best_first_with_empty_lines(trained_model):
+    cfg, loaded = trained_model
     nbest = translate_nbest(loaded, LINES, cfg, 3)
     assert [len(h) for h in nbest] == [3, 1, 3, 1, 3]
     assert nbest[1] == [("", 0.0)] and nbest[3] == [("", 0.0)]  # nothing decoded

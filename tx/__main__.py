@@ -1,24 +1,16 @@
-"""`python -m tx COMMAND ...`: the command line lives in tx.cli."""
+"""`python -m tx COMMAND ...`: starts itself again with glibc's malloc tuned for the command,
+then runs the command line (tx.cli.main)."""
 
 import os
 import sys
 
-# The command names (tx.cli.COMMANDS' keys, which tests/test_cli.py checks against), known
-# without importing tx.cli: that imports JAX, 1.5 s that the restart below would pay twice.
-COMMAND_NAMES = (
-    "info", "train", "translate", "average", "evaluate", "export", "serve",
-    "attention", "plot", "demo", "compile", "reproduce", "road", "card",
-)  # fmt: skip
+from tx.cli import COMMANDS  # imports nothing: the restart below comes before JAX is imported
 
 # glibc malloc tunables (glibc >= 2.35; older ones ignore them). XLA:CPU allocates a step's
-# scratch buffers afresh every step: `hugetlb=1` backs large allocations with transparent huge
-# pages, so that touching them is not a page fault per 4 KiB. Training adds `arena_max=1`, one
-# arena for all threads, whose freed memory is reused: with an arena per thread, XLA's worker
-# threads handed theirs back to the kernel and faulted it in again at each step. On 2 EPYC
-# cores configs/small.py's training step took 1.06 s with huge pages alone and 0.85-0.91 s with
-# both (minor page faults 7.3M -> 0.9M in 100 steps, kernel time 49 -> 22-25 s). The other
-# commands compile more than they run, and XLA's compiler threads contend for one arena:
-# two translate and search tests took 87-101 s against 73-81 s (docs/training.md).
+# scratch buffers afresh every step: `hugetlb=1` backs them with huge pages, not a page fault
+# per 4 KiB; training adds `arena_max=1`, one arena whose freed memory the next step reuses.
+# The other commands compile more than they run, and XLA's compiler threads are slower on one
+# arena. Figures: docs/training.md#on-a-cpu-huge-pages-and-to-train-one-malloc-arena
 HUGE_PAGES = "glibc.malloc.hugetlb=1"
 TRAINING = HUGE_PAGES + ":glibc.malloc.arena_max=1"
 
@@ -44,11 +36,11 @@ def with_malloc_tunables(command: str) -> None:
 def command_in(argv: list[str]) -> str:
     """The command an argument list names: the first argument that is one (--workdir and
     --config may come before it); "" when none is."""
-    return next((a for a in argv if a in COMMAND_NAMES), "")
+    return next((a for a in argv if a in COMMANDS), "")
 
 
 def main(argv: list[str] | None = None) -> int:
-    from tx.cli import main as cli_main
+    from tx.cli.main import main as cli_main
 
     return cli_main(argv)
 

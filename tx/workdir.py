@@ -40,6 +40,11 @@ FIXED_KEYS = (
 )
 
 
+def is_main() -> bool:
+    """Whether this is the process that writes a run's shared files: process 0."""
+    return jax.process_index() == 0
+
+
 class NotARun(FileNotFoundError):
     """A directory given as --workdir that no training has written."""
 
@@ -125,7 +130,7 @@ def check_config(cfg: ml_collections.ConfigDict, workdir: str) -> None:
             raise ConfigError(
                 f"{workdir} was trained with another configuration ({details}); use a new --workdir"
             )
-    if jax.process_index() == 0:
+    if is_main():
         write_atomic(path, json.dumps(current, indent=2, sort_keys=True))
 
 

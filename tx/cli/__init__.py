@@ -1,274 +1,34 @@
-"""Command line: python -m tx COMMAND [--config FILE] [--config.key=value ...] [options].
+"""The command line (`python -m tx COMMAND ...`): one module per command, no logic of its own.
 
-Commands:
-  info       parameter counts (actual and analytic, beside the paper's) as JSON; with
-             --devices N also rows and real tokens per step on N devices
-  train      train (same as train.py)
-  translate  translate stdin or --input to stdout or --output (--alignments: word links;
-             --nbest N: n-best lists; --workdir W1 W2 ...: an ensemble; --engine ctranslate2)
-  average    average the last N checkpoints into a new one
-  evaluate   BLEU (sacreBLEU and the paper's tokenized BLEU) and chrF on a split
-  export     --format ctranslate2 --out DIR [--quantization int8]: a CTranslate2 model
-  serve      an HTTP JSON translation server (POST /translate, GET /health)
-  attention  one sentence's attention maps (encoder, decoder, encoder-decoder) as PNGs
-  plot       learning curves of runs (--workdir W [W2 ...]), or --positional encodings
-  demo       the offline demo end to end: train, average, translate, score
-  compile    the train step compiled for a TPU slice or GPU node, deviceless: memory, step time
-  reproduce  the paper's Tables 2, 3, 4: --plan (default), --run, --report (tx/paper/reproduce.py)
-  road       the road to the Transformer: road digits | gradients | table1 | length (tx/paper/road/)
-  card       a run's card for a person: code, packages, hardware, data, time, scores
+Each command is a module of this package, tx/cli/<command>.py: its options (`add_options`), how
+it finds its config (`CONFIG`) and `run(args, cfg)`. tx.cli.main holds what they share (the
+parser, the config, multi-process start-up, one-line errors), tx.cli.options the option groups.
 
-Each command is a module of this package (tx/cli/<command>.py): its options (`python -m tx
-COMMAND --help` lists them), how it finds its config (CONFIG), and `run(args, cfg)`, which turns
-the options into keyword arguments of library functions. This module holds what they share:
-the config (--config and --config.KEY=VALUE stand anywhere on the line; the commands that read
-a run reuse its config.json), --workdir and the multi-process options also before the command,
-multi-process start-up, and errors a user can fix as one line on stderr with exit code 2.
+COMMANDS is the one list of the commands, in the order `python -m tx --help` lists them: a new
+command is its module and one line here. This module imports nothing, so that tx/__main__.py
+finds the command in its arguments before JAX is imported (it starts itself again first).
 
 May import: every layer (it is the top one).
 """
 
-from __future__ import annotations
-
-import argparse
-import logging
-import os
-import sys
-
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # before TensorFlow is imported anywhere
-os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
-
-from tx import workdir
-from tx.cli import (
-    attention,
-    average,
-    card,
-    compile,
-    demo,
-    evaluate,
-    export,
-    info,
-    options,
-    plot,
-    reproduce,
-    road,
-    serve,
-    train,
-    translate,
-)
-from tx.config import ConfigError, load_config, split_config_args
-from tx.train.distributed import LaunchError, ProcessLost, exit_now, initialize, process_lost
-
-# The command modules import what they need when they run: `info` and `--help` need not pay
-# seconds for TensorFlow and Orbax.
+# name -> what `python -m tx --help` says of it
 COMMANDS = {
-    m.__name__.rsplit(".", 1)[1]: m
-    for m in (info, train, translate, average, evaluate, export, serve)
-    + (attention, plot, demo, compile, reproduce, road, card)
+    "info": "parameter counts (actual and analytic, beside the paper's) as JSON; with "
+    "--devices N also rows and real tokens per step on N devices",
+    "train": "train (same as train.py)",
+    "translate": "translate stdin or --input to stdout or --output (--alignments: word links; "
+    "--nbest N: n-best lists; --workdir W1 W2 ...: an ensemble; --engine ctranslate2)",
+    "average": "average the last N checkpoints into a new one",
+    "evaluate": "BLEU (sacreBLEU and the paper's tokenized BLEU) and chrF on a split",
+    "export": "--format ctranslate2 --out DIR [--quantization int8]: a CTranslate2 model",
+    "serve": "an HTTP JSON translation server (POST /translate, GET /health)",
+    "attention": "one sentence's attention maps (encoder, decoder, encoder-decoder) as PNGs",
+    "plot": "learning curves of runs (--workdir W [W2 ...]), or --positional encodings",
+    "demo": "the offline demo end to end: train, average, translate, score",
+    "compile": "the train step compiled for a TPU slice or GPU node, deviceless: memory, step time",
+    "reproduce": "the paper's Tables 2, 3, 4: --plan (default), --run, --report "
+    "(tx/paper/reproduce.py)",
+    "road": "the road to the Transformer: road digits | gradients | table1 | length "
+    "(tx/paper/road/)",
+    "card": "a run's card for a person: code, packages, hardware, data, time, scores",
 }
-GLOBAL = "global_"  # the dest prefix of options given before the command
-PROCESS_OPTIONS = ("coordinator_address", "num_processes", "process_id")
-
-
-class UsageError(ValueError):
-    """Command-line options that do not make a command."""
-
-
-def parsers() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
-    """The top-level parser (the options that may come before the command) and each
-    command's own."""
-    p = argparse.ArgumentParser(
-        prog="python -m tx",
-        description=__doc__.split("\nMay import:")[0],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    p.add_argument(
-        "--workdir",
-        dest=GLOBAL + "workdir",
-        nargs="+",
-        action="extend",
-        metavar="W",
-        help="the run directory, for a command that takes one (also after the command)",
-    )
-    options.distributed(p, dest_prefix=GLOBAL)
-    commands = p.add_subparsers(
-        dest="command",
-        metavar="COMMAND",
-        required=True,
-        help="one of the commands above; python -m tx COMMAND --help lists its options",
-    )
-    subparsers = {}
-    for name, module in COMMANDS.items():
-        subparsers[name] = commands.add_parser(
-            name, description=module.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-        )
-        module.add_options(subparsers[name])
-    return p, subparsers
-
-
-def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    _quiet_libraries()
-    rest, config_path, overrides = split_config_args(argv)
-    top, subparsers = parsers()
-    args, unknown = top.parse_known_args(rest)
-    if unknown:  # said with the command's usage, not the top level's
-        subparsers[args.command].error(f"unrecognized arguments: {' '.join(unknown)}")
-    args.overrides = overrides  # reproduce and road apply them to every run's config
-    command = COMMANDS[args.command]
-    try:
-        _merge_global_options(args)
-        cfg = _config(command, args, config_path, overrides)
-        # After the config (it sets the heartbeat timeout), before anything touches a device.
-        initialize(
-            args.coordinator_address,
-            args.num_processes,
-            args.process_id,
-            cfg.mesh.heartbeat_timeout_secs if cfg is not None else None,
-        )
-    except (ConfigError, workdir.NotARun, UsageError, LaunchError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    try:
-        return _run(command, args, cfg)
-    except _user_errors() as e:  # bad input: one clear line, no traceback
-        print(f"error: {e}", file=sys.stderr)
-        if isinstance(e, ProcessLost):
-            exit_now(2)
-        return 2
-
-
-def _merge_global_options(args: argparse.Namespace) -> None:
-    """Options given before the command join the command's own; a command refuses those it
-    does not take. Sets `workdir` (the first of `workdirs` where a command takes several)."""
-    given = getattr(args, GLOBAL + "workdir") or []
-    if hasattr(args, "workdirs"):
-        args.workdirs = given + (args.workdirs or [])
-        args.workdir = args.workdirs[0] if args.workdirs else None
-    elif hasattr(args, "workdir"):
-        both = given + ([args.workdir] if args.workdir else [])
-        if len(both) > 1:
-            raise UsageError(f"{args.command} takes one --workdir")
-        args.workdir = both[0] if both else None
-    elif given:
-        raise UsageError(f"{args.command} takes no --workdir")
-    else:
-        args.workdir = None
-    for name in PROCESS_OPTIONS:
-        before, after = getattr(args, GLOBAL + name), getattr(args, name, None)
-        if before is not None and not hasattr(args, name):
-            raise UsageError(f"{args.command} takes no --{name}")
-        if before is not None and after is not None:
-            raise UsageError(f"--{name} given twice")
-        setattr(args, name, after if after is not None else before)
-
-
-def _config(command, args: argparse.Namespace, path: str | None, overrides: list[str]):
-    """The command's config (its module's CONFIG says how it finds one): "run" commands read
-    what `train` wrote in --workdir, so they reuse its config.json (or the one a CTranslate2
-    export carries, --model DIR) unless --config is given; "new run" (train) needs --config and
-    --workdir; "file" needs --config or the module's DEFAULT_CONFIG; None needs none."""
-    if command.CONFIG is None:
-        return None
-    model = getattr(args, "model", None)  # the commands with an --engine
-    if command.CONFIG in ("run", "new run") and not args.workdir and not model:
-        raise UsageError(f"{args.command} needs --workdir DIR")
-    if command.CONFIG == "run" and args.workdir:
-        run_config = workdir.require_run(args.workdir)  # even with --config: a run is needed
-        path = path or run_config
-    elif model:
-        path = path or _export_config(model)
-    elif (
-        command.CONFIG == "new run"
-        and not path
-        and os.path.exists(workdir.config_file(args.workdir))
-    ):
-        path = workdir.config_file(args.workdir)  # resume a run with its own config
-    path = path or getattr(command, "DEFAULT_CONFIG", None)
-    if path is None:
-        raise UsageError("--config FILE is required")
-    return load_config(path, overrides)
-
-
-def _export_config(model_dir: str) -> str:
-    """The run's config an export carries."""
-    from tx.infer.export import CONFIG_FILE
-
-    path = os.path.join(model_dir, CONFIG_FILE)
-    if not os.path.isfile(path):
-        raise ConfigError(f"--model {model_dir} is not a tx export (no {CONFIG_FILE})")
-    return path
-
-
-def _run(command, args: argparse.Namespace, cfg) -> int:
-    """Runs the command; a collective that failed because another process died becomes
-    ProcessLost (see tx.train.distributed)."""
-    try:
-        return command.run(args, cfg)
-    except Exception as e:
-        lost = process_lost(e)
-        if lost is None:
-            raise
-        raise lost from e
-
-
-def _user_errors() -> tuple:
-    from tx.data.sources import DataError
-    from tx.data.tokenizer import VocabularyError
-    from tx.infer.ct2 import EngineError
-    from tx.infer.export import ExportError
-    from tx.infer.translate import StaleAverage
-    from tx.train.checkpoint import UnreadableCheckpoint
-    from tx.train.loop import Diverged
-    from tx.train.runlock import WorkdirBusy
-    from tx.train.sharding import MeshError
-    from tx.viz.pictures import PictureError
-
-    return (
-        ConfigError,
-        DataError,
-        VocabularyError,
-        MeshError,
-        Diverged,
-        StaleAverage,
-        PictureError,
-        UnreadableCheckpoint,
-        workdir.WriteFailed,
-        ProcessLost,
-        ExportError,
-        EngineError,
-        FileNotFoundError,
-        WorkdirBusy,
-    )
-
-
-def _quiet_libraries() -> None:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    for noisy in ("absl", "jax._src", "orbax", "tensorflow"):
-        logging.getLogger(noisy).setLevel(logging.ERROR)
-        logging.getLogger(noisy).addFilter(_without_traceback)
-    # tx runs no event loop of its own: asyncio's reports come from Orbax's tasks, whose
-    # failures Orbax has raised already (dozens of "never retrieved" lines after a full disk).
-    logging.getLogger("asyncio").setLevel(logging.CRITICAL)
-    sys.unraisablehook = _unraisable
-
-
-def _without_traceback(record: logging.LogRecord) -> bool:
-    """Libraries' errors keep their message, not their traceback: Orbax logs a failed
-    background save with one per thread, and the command's own one-line error says what
-    failed and what is intact."""
-    record.exc_info, record.exc_text = None, None
-    return True
-
-
-def _unraisable(unraisable) -> None:
-    """Drops one harmless report: after a failed save, TensorStore's callbacks still arrive for
-    Orbax's event loop, which is closed by then. Anything else is reported as usual."""
-    error = unraisable.exc_value
-    if isinstance(error, RuntimeError) and str(error) == "Event loop is closed":
-        return
-    sys.__unraisablehook__(unraisable)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -4,6 +4,7 @@ inference engine, multi-process start-up. Each command adds the groups it takes.
 from __future__ import annotations
 
 import argparse
+import contextlib
 
 
 def config(p: argparse.ArgumentParser, what: str = "model, data, training, search") -> None:
@@ -93,9 +94,21 @@ def engine(p: argparse.ArgumentParser) -> None:
     g.add_argument("--threads", type=int, default=0, help="--engine ctranslate2: 0 = one per core")
 
 
+@contextlib.contextmanager
+def translating(p: argparse.ArgumentParser):
+    """translate's and serve's options around the command's own, added in the body (usage and
+    --help keep this order): config, runs and checkpoints before; engine, multi-process after."""
+    config(p)
+    workdir(p, "the run (several: an ensemble)", many=True)
+    checkpoint(p, many=True)
+    yield
+    engine(p)
+    distributed(p)
+
+
 def engine_kwargs(args: argparse.Namespace) -> dict:
     """tx.infer.engines.load_engine's keyword arguments."""
-    if hasattr(args, "workdirs"):  # a command that takes several (tx.cli merged them)
+    if hasattr(args, "workdirs"):  # a command that takes several (tx.cli.main merged them)
         workdirs = args.workdirs
     else:
         workdirs = [args.workdir] if args.workdir else []

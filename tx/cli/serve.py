@@ -12,13 +12,9 @@ CONFIG = "run"
 
 
 def add_options(p: argparse.ArgumentParser) -> None:
-    options.config(p)
-    options.workdir(p, "the run (several: an ensemble)", many=True)
-    options.checkpoint(p, many=True)
-    p.add_argument("--host", default="127.0.0.1", help="address to listen on")
-    p.add_argument("--port", type=int, default=8080, help="port")
-    options.engine(p)
-    options.distributed(p)
+    with options.translating(p):
+        p.add_argument("--host", default="127.0.0.1", help="address to listen on")
+        p.add_argument("--port", type=int, default=8080, help="port")
 
 
 def run(args: argparse.Namespace, cfg) -> int:

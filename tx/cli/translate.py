@@ -14,28 +14,26 @@ CONFIG = "run"
 
 
 def add_options(p: argparse.ArgumentParser) -> None:
-    options.config(p)
-    options.workdir(p, "the run (several: an ensemble)", many=True)
-    options.checkpoint(p, many=True)
-    p.add_argument("--input", metavar="FILE", help="read sentences from this file (default stdin)")
-    p.add_argument("--output", metavar="FILE", help="write translations to this file")
-    p.add_argument(
-        "--nbest", type=positive_int, metavar="N", help="N best per line, `index\tscore\ttext`"
-    )
-    p.add_argument(
-        "--alignments",
-        action="store_true",
-        help="append ' ||| i-j ...' word alignments (source-target, Pharaoh)",
-    )
-    p.add_argument(
-        "--align_layer",
-        type=int,
-        metavar="K",
-        help="--alignments: the decoder layer whose cross-attention aligns "
-        "(default: the last, see tx/infer/alignment.py)",
-    )
-    options.engine(p)
-    options.distributed(p)
+    with options.translating(p):
+        p.add_argument(
+            "--input", metavar="FILE", help="read sentences from this file (default stdin)"
+        )
+        p.add_argument("--output", metavar="FILE", help="write translations to this file")
+        p.add_argument(
+            "--nbest", type=positive_int, metavar="N", help="N best per line, `index\tscore\ttext`"
+        )
+        p.add_argument(
+            "--alignments",
+            action="store_true",
+            help="append ' ||| i-j ...' word alignments (source-target, Pharaoh)",
+        )
+        p.add_argument(
+            "--align_layer",
+            type=int,
+            metavar="K",
+            help="--alignments: the decoder layer whose cross-attention aligns "
+            "(default: the last, see tx/infer/alignment.py)",
+        )
 
 
 def positive_int(text: str) -> int:

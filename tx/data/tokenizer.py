@@ -12,7 +12,6 @@ import random
 import tempfile
 from collections.abc import Iterable, Sequence
 
-import jax
 import sentencepiece as spm
 
 from tx import workdir as wd
@@ -163,7 +162,7 @@ def check_vocabulary(workdir: str, tokenizer) -> None:
                 f"{tokenizer.path} (sha256 {tokenizer.fingerprint[:12]}) is not the vocabulary "
                 f"the checkpoints in {workdir} were trained with (sha256 {saved[:12]})"
             )
-    elif jax.process_index() == 0:
+    elif wd.is_main():
         wd.write_atomic(path, tokenizer.fingerprint + "\n")
 
 

@@ -33,7 +33,7 @@ from tx.model.counting import abstract_params
 from tx.model.families import build_model
 from tx.tokens import EOS_ID, PAD_ID
 from tx.train import best, checkpoint, sharding
-from tx.train.averaged import averaged_meta, averaged_steps, restore_averaged
+from tx.train.averaging import averaged_meta, averaged_steps, restore_averaged
 
 
 class CheckpointNotFound(FileNotFoundError):

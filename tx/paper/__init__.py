@@ -1,6 +1,6 @@
 """Whole runs: train -> average -> evaluate, the offline demo, the paper's tables, the road.
 
-    pipeline.py    train -> average -> evaluate, once, for the demo, the tables and the road
+    end_to_end.py  one run: train -> average -> evaluate, for the demo, the tables and the road
     demo.py        the offline demo end to end
     tables.py      Tables 2, 3, 4: their rows, configs and the paper's figures
     reproduce.py   plan, run and report the tables

@@ -12,7 +12,7 @@ import ml_collections
 from tx.data.dataset import split_text
 from tx.eval.evaluate import copy_baseline
 from tx.infer.translate import translate
-from tx.paper.pipeline import train_average_evaluate
+from tx.paper.end_to_end import train_average_evaluate
 from tx.workdir import plots_dir
 
 SAMPLES = 5

@@ -268,7 +268,7 @@ def finished(workdir: str, row: Row, num_steps: int) -> bool:
 
 def run(table, rows, scale, root, overrides=(), say=print) -> list[str]:
     """Trains, averages and evaluates each row not yet finished; returns the workdirs."""
-    from tx.paper.pipeline import train_average_evaluate  # downstream of the planning half
+    from tx.paper.end_to_end import train_average_evaluate  # downstream of the planning half
 
     done = []
     for row in rows:

@@ -1,5 +1,5 @@
 """Orbax checkpoints: the train state and the data position, saved together, atomically (the
-store of averaged parameters is tx.train.averaged's).
+store of averaged parameters is tx.train.averaging's).
 
 Layout under the workdir (paths named in tx.workdir):
   checkpoints/<step>/state   TrainState (params, optimizer state, step, rng), sharded arrays
@@ -33,7 +33,6 @@ import logging
 import os
 import threading
 
-import jax
 import orbax.checkpoint as ocp
 
 # Private: no public API of orbax-checkpoint 0.12 reaches the threads still writing a failed save
@@ -144,6 +143,7 @@ class Checkpointer:
     def __init__(
         self,
         workdir: str,
+        *,
         keep: int | None = 20,
         async_save: bool = True,
         every_steps: int = 0,
@@ -300,7 +300,7 @@ class Checkpointer:
         n = 1
         while os.path.exists(target):  # damaged at this step before: keep both
             target, n = f"{self.path(step)}{DAMAGED_SUFFIX}.{n}", n + 1
-        if jax.process_index() == 0:
+        if wd.is_main():
             os.rename(self.path(step), target)
         logging.warning("%s; moved it to %s (kept, not deleted)", why, target)
         barrier(f"tx-set-aside-{step}")

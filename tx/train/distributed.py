@@ -12,6 +12,10 @@ one-line `ProcessLost`, and the CLI leaves at once (`exit_now`). A host that sto
 (frozen, cut off) is noticed by JAX's heartbeat after `mesh.heartbeat_timeout_secs`: JAX then
 ends every other process itself (SIGABRT, "Terminating process because the JAX distributed
 service detected fatal errors ... another task died").
+
+A stop asked for by a signal (SIGTERM when a VM is preempted, SIGINT) reaches one process:
+`StopSignal` turns it into a flag and `sync_flags` tells every process, so that all of them
+save the same step and stop together.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from __future__ import annotations
 import inspect
 import logging
 import os
+import signal
 import sys
 
 import jax
@@ -142,3 +147,37 @@ def all_true(flag: bool) -> bool:
     from jax.experimental import multihost_utils
 
     return bool(np.asarray(multihost_utils.process_allgather(np.array(bool(flag)))).all())
+
+
+def sync_flags(*flags: bool) -> tuple[bool, ...]:
+    """Each flag true on every process if it is true on any: one collective for all of them
+    (none with one process)."""
+    if jax.process_count() == 1:
+        return flags
+    from jax.experimental import multihost_utils
+
+    gathered = multihost_utils.process_allgather(np.array(flags, bool))  # [processes, n]
+    return tuple(bool(x) for x in np.asarray(gathered).reshape(-1, len(flags)).any(0))
+
+
+class StopSignal:
+    """Turns SIGTERM / SIGINT into a flag the loop checks after each step."""
+
+    def __init__(self):
+        self.received = None
+        self._old = {}
+
+    def __enter__(self):
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            try:
+                self._old[sig] = signal.signal(sig, self._handle)
+            except ValueError:  # not the main thread: leave signals alone
+                pass
+        return self
+
+    def _handle(self, signum, frame):
+        self.received = signal.Signals(signum).name
+
+    def __exit__(self, *exc):
+        for sig, old in self._old.items():
+            signal.signal(sig, old)

@@ -4,8 +4,8 @@
 
 On start the latest checkpoint in `workdir` that can be read is restored (state and data
 position) onto the current mesh, whatever mesh wrote it; unreadable newer ones are set aside
-(tx.train.checkpoint). SIGTERM / SIGINT save a checkpoint and return; a
-non-finite loss raises `Diverged` naming the step, leaving earlier checkpoints intact. With
+(tx.train.checkpoint). SIGTERM / SIGINT save a checkpoint and return; a non-finite loss raises
+`Diverged` (tx.train.monitor) naming the step, leaving earlier checkpoints intact. With
 `train.keep_best`, each dev evaluation of `train.best_metric` is saved with its checkpoint and
 training stops early after `train.early_stopping_patience` evaluations without a better one
 (tx.train.best).
@@ -18,14 +18,12 @@ import dataclasses
 import json
 import logging
 import math
-import signal
 import time
 from collections.abc import Callable
 
 import jax
 import ml_collections
 import numpy as np
-from jax.experimental import multihost_utils
 
 from tx import workdir as wd
 from tx.data import dataset
@@ -36,52 +34,12 @@ from tx.model.counting import train_flops_per_step
 from tx.train import best, runcard, runlock
 from tx.train import trainer as trainer_lib
 from tx.train.checkpoint import Checkpointer
-from tx.train.distributed import barrier, process_lost
-from tx.train.monitor import Progress, Summaries, Throughput, peak_tflops
+from tx.train.distributed import StopSignal, barrier, process_lost, sync_flags
+from tx.train.monitor import Progress, Summaries, Throughput, Window, peak_tflops
 from tx.train.runcard import Segment
 
 
-class Diverged(RuntimeError):
-    """The loss or gradient became NaN or Inf."""
-
-
-def is_main() -> bool:
-    return jax.process_index() == 0
-
-
-class StopSignal:
-    """Turns SIGTERM / SIGINT into a flag the loop checks after each step."""
-
-    def __init__(self):
-        self.received = None
-        self._old = {}
-
-    def __enter__(self):
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            try:
-                self._old[sig] = signal.signal(sig, self._handle)
-            except ValueError:  # not the main thread: leave signals alone
-                pass
-        return self
-
-    def _handle(self, signum, frame):
-        self.received = signal.Signals(signum).name
-
-    def __exit__(self, *exc):
-        for sig, old in self._old.items():
-            signal.signal(sig, old)
-
-
-def _sync_flags(*flags: bool) -> tuple[bool, ...]:
-    """Each flag true on every process if it is true on any: one collective for all of them
-    (only needed with several processes)."""
-    if jax.process_count() == 1:
-        return flags
-    gathered = multihost_utils.process_allgather(np.array(flags, bool))  # [processes, n]
-    return tuple(bool(x) for x in np.asarray(gathered).reshape(-1, len(flags)).any(0))
-
-
-@dataclasses.dataclass
+@dataclasses.dataclass(kw_only=True)
 class _Run:
     """What the loop works with, built once by `train`."""
 
@@ -150,10 +108,9 @@ def _train(cfg: ml_collections.ConfigDict, workdir: str, progress_stream, bleu_h
     criterion = best.Criterion.from_config(t)
     ckpt = Checkpointer(
         workdir,
-        t.keep_checkpoints,
-        True,
-        t.checkpoint_every_steps,
-        t.num_steps,
+        keep=t.keep_checkpoints,
+        every_steps=t.checkpoint_every_steps,
+        final_step=t.num_steps,
         keep_best=criterion.keep if criterion else 0,
         best_metric=criterion.metric if criterion else "dev_bleu",
     )
@@ -166,7 +123,7 @@ def _train(cfg: ml_collections.ConfigDict, workdir: str, progress_stream, bleu_h
         trainer.layout.process_rows,
     )
     stream, counts = dataset.train_stream(cfg.data, workdir, tokenizer, spec, position)
-    progress = Progress(t.num_steps, is_main(), progress_stream)
+    progress = Progress(t.num_steps, wd.is_main(), progress_stream)
     progress.message(
         f"tx: {json.dumps(counts)} | mesh {dict(trainer.mesh.shape)} | rows per step by "
         f"length {stream.rows} | start step {int(state.step)}"
@@ -175,20 +132,20 @@ def _train(cfg: ml_collections.ConfigDict, workdir: str, progress_stream, bleu_h
     splits = {"train": (stream.split, counts)} | ({"dev": (dev, None)} if dev else {})
     card.note(data=runcard.data_record(cfg.data, tokenizer, splits))
     card.entry["prepare_secs"] = round(prepare_secs, 3)
-    summaries = Summaries(wd.tensorboard_dir(workdir), is_main())
+    summaries = Summaries(wd.tensorboard_dir(workdir), wd.is_main())
     run = _Run(
-        cfg,
-        trainer,
-        ckpt,
-        spec,
-        progress,
-        summaries,
-        dev,
-        bleu_hook,
-        card,
-        peak,
-        criterion,
-        deadline,
+        cfg=cfg,
+        trainer=trainer,
+        ckpt=ckpt,
+        spec=spec,
+        progress=progress,
+        summaries=summaries,
+        dev=dev,
+        bleu_hook=bleu_hook,
+        card=card,
+        peak=peak,
+        criterion=criterion,
+        deadline=deadline,
     )
     lost = None
     try:
@@ -206,7 +163,7 @@ def _train(cfg: ml_collections.ConfigDict, workdir: str, progress_stream, bleu_h
 
 def prepare_data(cfg: ml_collections.ConfigDict, workdir: str):
     """Vocabulary and token caches, built once by process 0 while the others wait."""
-    if is_main():
+    if wd.is_main():
         tokenizer = dataset.vocabulary(cfg.data, workdir)
         dataset.split_ids(cfg.data, workdir, tokenizer, "train")
         if cfg.train.eval_every_steps:
@@ -235,7 +192,7 @@ def _loop(run: _Run, state, stream) -> dict:
     step = int(state.step)
     started = last_save = time.monotonic()
     last = {}
-    window = _Window(lambda s, g, ls, lt: train_flops_per_step(mc, s, g, ls, lt))
+    window = Window(lambda s, g, ls, lt: train_flops_per_step(mc, s, g, ls, lt))
     if _stopped_early(run, step):  # a finished run started again: nothing to do
         return {"step": step}
     with StopSignal() as stop:
@@ -261,9 +218,7 @@ def _loop(run: _Run, state, stream) -> dict:
                 t.checkpoint_every_secs and time.monotonic() - last_save >= t.checkpoint_every_secs
             )
             out_of_time = run.deadline is not None and time.monotonic() >= run.deadline
-            stopping, due = _sync_flags(
-                stop.received is not None or out_of_time, bool(due or score)
-            )
+            stopping, due = sync_flags(stop.received is not None or out_of_time, bool(due or score))
             if due or stopping or step == t.num_steps:
                 window.check()  # never save a state after a non-finite step
                 run.ckpt.save(step, state, position, score)
@@ -316,72 +271,6 @@ def _take_position(local: dict) -> dict:
     """The data position after this batch, carried through the prefetcher with the batch."""
     pos = local.pop(POSITION_KEY)
     return {"epoch": int(pos[0, 0]), "batch": int(pos[0, 1])}
-
-
-class _Window:
-    """Metrics of the steps since the last report, fetched lazily (no per-step sync).
-
-    `flops_fn(src_tokens, tgt_tokens, src_len, tgt_len)` gives a step's model FLOPs.
-    """
-
-    def __init__(self, flops_fn):
-        self.flops_fn = flops_fn
-        self.items = []  # (step, metrics, (padded source length, padded target length))
-        self.drained = (0.0, 0.0, 0.0)  # real source, target tokens and FLOPs reported so far
-
-    def add(self, step, metrics, lengths):
-        self.items.append((step, metrics, lengths))
-        # Look at the step before this one: it has finished while this one was dispatched.
-        if len(self.items) >= 2:
-            self._check_one(*self.items[-2][:2])
-
-    @staticmethod
-    def _check_one(step, metrics):
-        if not bool(metrics["finite"]):
-            raise Diverged(
-                f"non-finite loss or gradient at step {step} (loss sum "
-                f"{float(metrics['loss'])}); the last checkpoint before it is intact"
-            )
-
-    def check(self):
-        if self.items:
-            self._check_one(*self.items[-1][:2])
-
-    def _sums(self) -> tuple[dict, float]:
-        """Sums over the pending steps of the scalar metrics, and their model FLOPs."""
-        keys = ("loss", "nll", "weight", "src_tokens")
-        if self.items and "unlikelihood" in self.items[0][1]:  # train.unlikelihood > 0
-            keys += ("unlikelihood",)
-        per_step = [({k: float(m[k]) for k in keys}, lengths) for _, m, lengths in self.items]
-        sums = {k: sum(m[k] for m, _ in per_step) for k in keys}
-        flops = sum(self.flops_fn(m["src_tokens"], m["weight"], *ls) for m, ls in per_step)
-        return sums, flops
-
-    def totals(self) -> tuple[float, float, float]:
-        """Real source and target tokens and model FLOPs of every step added so far."""
-        sums, flops = self._sums()
-        src, tgt, done = self.drained
-        return src + sums["src_tokens"], tgt + sums["weight"], done + flops
-
-    def drain(self, throughput) -> dict:
-        """Mean loss, perplexity, real tokens per step (global), speed and MFU; resets."""
-        self.check()
-        sums, flops = self._sums()
-        src, tgt, done = self.drained
-        self.drained = (src + sums["src_tokens"], tgt + sums["weight"], done + flops)
-        lr = float(self.items[-1][1]["learning_rate"])
-        n, self.items = len(self.items), []
-        w = max(sums["weight"], 1.0)
-        extra = {"unlikelihood": sums["unlikelihood"] / w} if "unlikelihood" in sums else {}
-        return {
-            "loss": sums["loss"] / w,
-            **extra,
-            "perplexity": math.exp(sums["nll"] / w),
-            "learning_rate": lr,
-            "src_tokens_per_step": sums["src_tokens"] / n,
-            "tgt_tokens_per_step": sums["weight"] / n,
-            **throughput.report(n, sums["src_tokens"] + sums["weight"], flops),
-        }
 
 
 def _report(window, throughput, progress, summaries, step) -> dict:

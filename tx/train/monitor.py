@@ -1,4 +1,5 @@
-"""Watching a run: a progress line, TensorBoard scalars, MFU from analytic FLOPs.
+"""Watching a run: the metrics of the steps since the last report (checked for a non-finite
+loss), a progress line, TensorBoard scalars, MFU from analytic FLOPs.
 
 Only process 0 writes anything. On a terminal the progress line updates in place; otherwise
 (logs, CI, SLURM) a plain line is printed every `log_every_steps`.
@@ -15,6 +16,10 @@ import time
 import jax
 
 from tx.train.chips import chip
+
+
+class Diverged(RuntimeError):
+    """The loss or gradient became NaN or Inf."""
 
 
 def peak_tflops(device=None, configured: float = 0.0) -> float:
@@ -136,4 +141,70 @@ class Throughput:
             "tokens_per_sec": tokens / elapsed,
             "step_time": elapsed / max(steps, 1),
             "mfu": flops / elapsed / peak if peak > 0 else 0.0,
+        }
+
+
+class Window:
+    """Metrics of the steps since the last report, fetched lazily (no per-step sync).
+
+    `flops_fn(src_tokens, tgt_tokens, src_len, tgt_len)` gives a step's model FLOPs.
+    """
+
+    def __init__(self, flops_fn):
+        self.flops_fn = flops_fn
+        self.items = []  # (step, metrics, (padded source length, padded target length))
+        self.drained = (0.0, 0.0, 0.0)  # real source, target tokens and FLOPs reported so far
+
+    def add(self, step, metrics, lengths):
+        self.items.append((step, metrics, lengths))
+        # Look at the step before this one: it has finished while this one was dispatched.
+        if len(self.items) >= 2:
+            self._check_one(*self.items[-2][:2])
+
+    @staticmethod
+    def _check_one(step, metrics):
+        if not bool(metrics["finite"]):
+            raise Diverged(
+                f"non-finite loss or gradient at step {step} (loss sum "
+                f"{float(metrics['loss'])}); the last checkpoint before it is intact"
+            )
+
+    def check(self):
+        if self.items:
+            self._check_one(*self.items[-1][:2])
+
+    def _sums(self) -> tuple[dict, float]:
+        """Sums over the pending steps of the scalar metrics, and their model FLOPs."""
+        keys = ("loss", "nll", "weight", "src_tokens")
+        if self.items and "unlikelihood" in self.items[0][1]:  # train.unlikelihood > 0
+            keys += ("unlikelihood",)
+        per_step = [({k: float(m[k]) for k in keys}, lengths) for _, m, lengths in self.items]
+        sums = {k: sum(m[k] for m, _ in per_step) for k in keys}
+        flops = sum(self.flops_fn(m["src_tokens"], m["weight"], *ls) for m, ls in per_step)
+        return sums, flops
+
+    def totals(self) -> tuple[float, float, float]:
+        """Real source and target tokens and model FLOPs of every step added so far."""
+        sums, flops = self._sums()
+        src, tgt, done = self.drained
+        return src + sums["src_tokens"], tgt + sums["weight"], done + flops
+
+    def drain(self, throughput) -> dict:
+        """Mean loss, perplexity, real tokens per step (global), speed and MFU; resets."""
+        self.check()
+        sums, flops = self._sums()
+        src, tgt, done = self.drained
+        self.drained = (src + sums["src_tokens"], tgt + sums["weight"], done + flops)
+        lr = float(self.items[-1][1]["learning_rate"])
+        n, self.items = len(self.items), []
+        w = max(sums["weight"], 1.0)
+        extra = {"unlikelihood": sums["unlikelihood"] / w} if "unlikelihood" in sums else {}
+        return {
+            "loss": sums["loss"] / w,
+            **extra,
+            "perplexity": math.exp(sums["nll"] / w),
+            "learning_rate": lr,
+            "src_tokens_per_step": sums["src_tokens"] / n,
+            "tgt_tokens_per_step": sums["weight"] / n,
+            **throughput.report(n, sums["src_tokens"] + sums["weight"], flops),
         }

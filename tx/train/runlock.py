@@ -31,9 +31,8 @@ import sys
 import threading
 import time
 
-import jax
-
 from tx.train.distributed import all_true
+from tx.workdir import is_main
 
 HEARTBEAT_SECS = 30.0
 STALE_AFTER_SECS = 600.0  # 20 missed heartbeats: a holder on another host is presumed gone
@@ -166,7 +165,7 @@ def _heartbeat(path: str, stop: threading.Event) -> None:
 def hold(workdir: str, *, take_over: bool = False, stale_after: float = STALE_AFTER_SECS):
     """Holds the workdir's lock for the body (process 0 of a multi-process run holds it)."""
     error = None
-    if jax.process_index() == 0:
+    if is_main():
         try:
             acquire(workdir, take_over=take_over, stale_after=stale_after)
         except WorkdirBusy as e:
@@ -175,7 +174,7 @@ def hold(workdir: str, *, take_over: bool = False, stale_after: float = STALE_AF
         raise error or WorkdirBusy(f"{workdir} is in use by another run (see process 0)")
     stop = threading.Event()
     beat = None
-    if jax.process_index() == 0:
+    if is_main():
         beat = threading.Thread(target=_heartbeat, args=(lock_file(workdir), stop), daemon=True)
         beat.start()
     try:

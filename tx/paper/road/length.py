@@ -33,7 +33,7 @@ BUCKET_WIDTH = 5  # source words per bucket: the demo's sentences have 2 to abou
 
 def train_and_score(name: str, path: str, overrides, root: str, say=print) -> dict:
     """Trains (or finishes) one model, averages, evaluates the test split by length."""
-    from tx.paper.pipeline import train_average_evaluate
+    from tx.paper.end_to_end import train_average_evaluate
 
     cfg = load_config(config_path(path), list(overrides))
     workdir = os.path.join(root, name)

@@ -1,11 +1,11 @@
-"""tx.paper.pipeline: train -> average -> evaluate written once, and the demo through it."""
+"""tx.paper.end_to_end: train -> average -> evaluate written once, and the demo through it."""
 
 import os
 import shutil
 
 from tx import workdir as wd
 from tx.paper.demo import run_demo
-from tx.paper.pipeline import train_average_evaluate
+from tx.paper.end_to_end import train_average_evaluate
 from tx.train import runcard
 
 # The shared run's config (conftest `trained`), scoring 50 test sentences with short outputs.
@@ -14,10 +14,14 @@ FAST = ("data.demo_eval_size=50", "decode.max_extra_len=4")
 
 
 def _fresh_copy(trained, tmp_path) -> str:
-    """The shared trained run without any average other tests may have added."""
+    """The shared trained run without any average other tests may have added, nor the run
+    card that records it (the tests read which steps this run's card gains)."""
     work = str(tmp_path / "run")
     shutil.copytree(trained, work)
     shutil.rmtree(wd.averaged_dir(work), ignore_errors=True)
+    for card in (wd.run_card_file(work), wd.run_card_markdown(work)):
+        if os.path.exists(card):
+            os.remove(card)
     return work
 
 
