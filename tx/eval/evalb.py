@@ -36,21 +36,13 @@ DELETE_FOR_LENGTH = frozenset({"-NONE-"})
 EQUIVALENT_LABELS = {"PRT": "ADVP"}  # EQ_LABEL ADVP PRT, as one canonical name
 
 
-@dataclasses.dataclass(frozen=True)
-class SentenceScore:
-    """EVALB's line for one sentence. Percentages are 0 when there is no bracket, as EVALB
-    prints them."""
+class _Brackets:
+    """Recall, precision and F1 of `matched` brackets among `gold` and `test` ones. For a
+    corpus, EVALB's "Bracketing FMeasure": from the summed counts, not a mean over sentences."""
 
-    index: int  # 0-based
-    length: int  # gold words except -NONE- (EVALB's length, for the len<=40 summary)
-    status: str  # "ok", "error" (words differ after deletion) or "skip" (test has no words)
-    message: str = ""
-    matched: int = 0
-    gold: int = 0
-    test: int = 0
-    crossing: int = 0
-    words: int = 0  # after deletion
-    correct_tags: int = 0
+    matched: int
+    gold: int
+    test: int
 
     @property
     def recall(self) -> float:
@@ -66,7 +58,24 @@ class SentenceScore:
 
 
 @dataclasses.dataclass(frozen=True)
-class CorpusScore:
+class SentenceScore(_Brackets):
+    """EVALB's line for one sentence. Percentages are 0 when there is no bracket, as EVALB
+    prints them."""
+
+    index: int  # 0-based
+    length: int  # gold words except -NONE- (EVALB's length, for the len<=40 summary)
+    status: str  # "ok", "error" (words differ after deletion) or "skip" (test has no words)
+    message: str = ""
+    matched: int = 0
+    gold: int = 0
+    test: int = 0
+    crossing: int = 0
+    words: int = 0  # after deletion
+    correct_tags: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class CorpusScore(_Brackets):
     """EVALB's summary over the sentences scored ("ok"); counts of the others."""
 
     sentences: tuple[SentenceScore, ...]
@@ -93,19 +102,6 @@ class CorpusScore:
     @property
     def errors(self) -> list[str]:
         return [s.message for s in self.sentences if s.status == "error"]
-
-    @property
-    def recall(self) -> float:
-        return _percent(self.matched, self.gold)
-
-    @property
-    def precision(self) -> float:
-        return _percent(self.matched, self.test)
-
-    @property
-    def f1(self) -> float:
-        """EVALB's "Bracketing FMeasure": from the summed counts, not a mean over sentences."""
-        return _f1(self.precision, self.recall)
 
     @property
     def complete_match(self) -> float:

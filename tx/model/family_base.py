@@ -3,6 +3,7 @@ recurrent encoder-decoders share, so that neither family reaches into the other.
 
     ConfigShell     the fields every family's frozen config has, and what follows from them:
                     from_dict, the compute and parameter dtypes, the embedding rows
+    EncoderDecoder  every family's module: its embedding tables and two stacks
     check_*         the checks of those fields (and of any positive size or rate), one message
     param_groups    a family's analytic parameter count in the groups `info` prints
     shift_right     the decoder input every family is trained on
@@ -20,9 +21,10 @@ from typing import Any, ClassVar, TypeVar
 
 import jax
 import jax.numpy as jnp
+from flax import linen as nn
 
 from tx.model.attention import is_sentence_constant
-from tx.model.layers import padded_rows
+from tx.model.layers import embedding_tables, padded_rows
 from tx.tokens import BOS_ID, PAD_ID
 
 Array = jax.Array
@@ -78,6 +80,20 @@ class ConfigShell:
     def vocab_rows(self) -> int:
         """Rows of the embedding matrices: vocab_size rounded up to vocab_multiple."""
         return padded_rows(self.vocab_size, self.vocab_multiple)
+
+
+class EncoderDecoder(nn.Module):
+    """A family's module: the embedding tables its config describes (layers.embedding_tables)
+    and its two stacks, ENCODER(config, source table) and DECODER(config, target table,
+    pre-softmax table or None), named "encoder" and "decoder" in the parameter tree."""
+
+    ENCODER: ClassVar[type]
+    DECODER: ClassVar[type]
+
+    def setup(self):
+        src, tgt, out = embedding_tables(self.config)
+        self.encoder = self.ENCODER(self.config, src, name="encoder")
+        self.decoder = self.DECODER(self.config, tgt, out, name="decoder")
 
 
 def check_positive(config: ConfigShell, names: Iterable[str]) -> None:

@@ -23,15 +23,15 @@ names (tx.model.layers' vocabulary), so the mesh rules shard it as they shard th
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import jax
 import jax.numpy as jnp
 from flax import linen as nn
 
 from tx.model.cells import Cell, CellWeights, cell_step, project, run_layer
-from tx.model.family_base import reorder_cache, shift_right
-from tx.model.layers import constrain, embedding_tables
+from tx.model.family_base import EncoderDecoder, reorder_cache, shift_right
+from tx.model.layers import constrain
 from tx.model.rnn_config import RNNConfig
 from tx.tokens import PAD_ID
 
@@ -301,16 +301,12 @@ def _decoder_step(c: RNNConfig, w: DecoderWeights, memory: Memory, xp0, hs, cs, 
 # The model.
 
 
-class RNNSeq2Seq(nn.Module):
+class RNNSeq2Seq(EncoderDecoder):
     """Recurrent encoder-decoder with the Transformer's interface (see the module docstring)."""
 
     config: RNNConfig
-
-    def setup(self):
-        c = self.config
-        src, tgt, out = embedding_tables(c)
-        self.encoder = RNNEncoder(c, src, name="encoder")
-        self.decoder = RNNDecoder(c, tgt, out, name="decoder")
+    ENCODER: ClassVar[type] = RNNEncoder
+    DECODER: ClassVar[type] = RNNDecoder
 
     def encode(self, inputs: Array, *, deterministic: bool = True) -> tuple[Memory, dict]:
         """inputs [b, s] int -> (Memory, the decoder's initial state = the encoder's final

@@ -1,8 +1,5 @@
-"""The recurrent family's frozen architecture, `RNNConfig`, and what follows from it alone: its
-parameters counted from its equations (`param_count`) and the FLOPs of a training step
-(`train_flops`), which tx.model.counting reads through the family's entry in tx.model.families.
-The module that runs it is tx.model.rnn's.
-"""
+"""`RNNConfig` (model.family = "rnn", run by tx.model.rnn) with its counts, as
+tx.model.transformer_config has the Transformer's: gates per cell type decide the sizes."""
 
 from __future__ import annotations
 

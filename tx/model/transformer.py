@@ -13,12 +13,14 @@ every pair.
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import jax
 import jax.numpy as jnp
 from flax import linen as nn
 
 from tx.model.attention import MultiHeadAttention
-from tx.model.family_base import shift_right
+from tx.model.family_base import EncoderDecoder, shift_right
 from tx.model.kernels import Masking, attention_impl
 from tx.model.layers import (
     Dropout,
@@ -27,7 +29,6 @@ from tx.model.layers import (
     Mode,
     PositionEmbedding,
     constrain,
-    embedding_tables,
     target_platform,
 )
 from tx.model.transformer_config import ModelConfig
@@ -91,10 +92,15 @@ def _attention(c: ModelConfig, name: str, cross: bool = False) -> MultiHeadAtten
     )
 
 
-def _ffn(c: ModelConfig) -> FeedForward:
-    return FeedForward(
+def _ffn_block(c: ModelConfig, x: Array, mode: Mode) -> Array:
+    """The layer's last sub-layer, the position-wise feed-forward: [b, l, m] -> [b, l, m]."""
+    ffn = FeedForward(
         c.d_model, c.d_ff, c.relu_dropout_rate, c.compute_dtype, c.weight_dtype, name="ffn"
     )
+    x = _SubLayer(c, name="ffn_block")(
+        x, lambda y: ffn(y, deterministic=mode.deterministic), mode=mode
+    )
+    return constrain(x, ("batch", "length", "embed"))
 
 
 def _final_norm(c: ModelConfig, x: Array) -> Array:
@@ -125,11 +131,7 @@ class EncoderLayer(nn.Module):
         x = _SubLayer(c, name="attention_block")(
             x, lambda y: attn(y, y, mask, mode=mode), mode=mode
         )
-        ffn = _ffn(c)
-        x = _SubLayer(c, name="ffn_block")(
-            x, lambda y: ffn(y, deterministic=mode.deterministic), mode=mode
-        )
-        return constrain(x, ("batch", "length", "embed"))
+        return _ffn_block(c, x, mode)
 
 
 class DecoderLayer(nn.Module):
@@ -150,11 +152,7 @@ class DecoderLayer(nn.Module):
         y = _SubLayer(c, name="cross_attention_block")(
             y, lambda z: cross(z, encoded, cross_mask, mode=mode), mode=mode
         )
-        ffn = _ffn(c)
-        y = _SubLayer(c, name="ffn_block")(
-            y, lambda z: ffn(z, deterministic=mode.deterministic), mode=mode
-        )
-        return constrain(y, ("batch", "length", "embed"))
+        return _ffn_block(c, y, mode)
 
 
 class EncoderStack(nn.Module):
@@ -214,16 +212,12 @@ class DecoderStack(nn.Module):
         return positions
 
 
-class Transformer(nn.Module):
+class Transformer(EncoderDecoder):
     """Encoder-decoder Transformer; see `encode`, `decode`, `step` and `__call__` for shapes."""
 
     config: ModelConfig
-
-    def setup(self):
-        c = self.config
-        src, tgt, out = embedding_tables(c)
-        self.encoder = EncoderStack(c, src, name="encoder")
-        self.decoder = DecoderStack(c, tgt, out, name="decoder")
+    ENCODER: ClassVar[type] = EncoderStack
+    DECODER: ClassVar[type] = DecoderStack
 
     def encode(
         self, inputs, inputs_segments=None, inputs_positions=None, *, deterministic: bool = True

@@ -239,83 +239,96 @@ def _code_lines(data: dict) -> list[str]:
     return ["", text + "."]
 
 
+def _page(data: dict, title: str, header: str, row, notes: tuple[str, ...] = ()) -> str:
+    """A table's markdown: its title, `header` (one markdown row) and rule, `row(entry)` for
+    each row, then the notes (a blank line before each) and where the rows' code came from."""
+    lines = _title(data, title) + [header, "|" + "---|" * (header.count("|") - 1)]
+    lines += [row(e) for e in data["rows"]]
+    for note in notes:
+        lines += ["", note]
+    return "\n".join(lines + _code_lines(data)) + "\n"
+
+
+def _table3_row(e: dict) -> str:
+    m, p, d = e["measured"], e["paper"], e.get("direction", {})
+    params = m.get("params")
+    inferred = "†" if p.get("params_m_inferred") else ""
+    return (
+        f"| {e['row']} | {_pair(params and params / 1e6, p.get('params_m'), '.1f')}{inferred} "
+        f"| {_pair(m.get('dev_ppl'), p.get('dev_ppl'), '.2f')} "
+        f"| {_pair(m.get('tok_bleu'), p.get('dev_bleu'), '.1f')} "
+        f"| {_num(m.get('bleu'), '.1f')} "
+        f"| {m.get('steps', '-')} / {_paper_steps(e)} "
+        f"| {d.get('ppl') or '-'}, {d.get('bleu') or '-'} | {m['status']} |"
+    )
+
+
 def _table3_md(data: dict) -> str:
-    lines = _title(data, "variations of the base model (dev set)") + [
+    return _page(
+        data,
+        "variations of the base model (dev set)",
         "| Row | Params (M) ours / paper | Dev PPL ours / paper | Dev BLEU ours / paper "
         "| sacreBLEU | Steps ours / paper | Direction vs base (PPL, BLEU) | Status |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
-    for e in data["rows"]:
-        m, p, d = e["measured"], e["paper"], e.get("direction", {})
-        params = m.get("params")
-        inferred = "†" if p.get("params_m_inferred") else ""
-        lines.append(
-            f"| {e['row']} | {_pair(params and params / 1e6, p.get('params_m'), '.1f')}{inferred} "
-            f"| {_pair(m.get('dev_ppl'), p.get('dev_ppl'), '.2f')} "
-            f"| {_pair(m.get('tok_bleu'), p.get('dev_bleu'), '.1f')} "
-            f"| {_num(m.get('bleu'), '.1f')} "
-            f"| {m.get('steps', '-')} / {_paper_steps(e)} "
-            f"| {d.get('ppl') or '-'}, {d.get('bleu') or '-'} | {m['status']} |"
-        )
-    lines += [
-        "",
-        "Dev BLEU is tokenized (the paper's way); the recipe and sacreBLEU signature "
-        "are in the JSON beside every score.",
-        "",
-        "† The paper leaves this row's params blank (the base model's size): 65 is inferred.",
-        "",
-        "Dev PPL is per SentencePiece piece of each run's own vocabulary; the paper's is per "
-        "word piece of its 37k-piece vocabulary. Compare each column's direction against the "
-        "base row, not the values.",
-    ]
-    lines += _code_lines(data)
-    return "\n".join(lines) + "\n"
+        _table3_row,
+        (
+            "Dev BLEU is tokenized (the paper's way); the recipe and sacreBLEU signature "
+            "are in the JSON beside every score.",
+            "† The paper leaves this row's params blank (the base model's size): 65 is inferred.",
+            "Dev PPL is per SentencePiece piece of each run's own vocabulary; the paper's is per "
+            "word piece of its 37k-piece vocabulary. Compare each column's direction against the "
+            "base row, not the values.",
+        ),
+    )
 
 
 def _paper_steps(entry: dict) -> str:
     return "300K" if entry["row"] == "big" else "100K"
 
 
+def _table2_row(e: dict) -> str:
+    m, p = e["measured"], e["paper"]
+    sacre = f"{m['bleu']:.1f} ({m.get('bleu_signature')})" if m.get("bleu") is not None else "-"
+    hw = "; ".join(m.get("hardware", [])) or "-"
+    hours = _num(m.get("wall_hours"), ".3g")
+    return (
+        f"| {e['row']} | {_pair(m.get('tok_bleu'), p.get('test_bleu'), '.2f')} | {sacre} "
+        f"| {_pair(m.get('cost_flops_paper_way'), p.get('train_cost_flops'), '.2g')} "
+        f"| {_num(m.get('model_flops'), '.2g')} | {hw}, {hours} "
+        f"| {m.get('averaged') or '-'} | {m['status']} |"
+    )
+
+
 def _table2_md(data: dict) -> str:
-    lines = _title(data, "newstest2014 BLEU and training cost") + [
+    return _page(
+        data,
+        "newstest2014 BLEU and training cost",
         "| Model | BLEU ours / paper | sacreBLEU (signature) | Cost, the paper's way: ours / "
         "paper (FLOPs) | Model FLOPs (ours) | Hardware, hours | Averaged | Status |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
-    for e in data["rows"]:
-        m, p = e["measured"], e["paper"]
-        sacre = f"{m['bleu']:.1f} ({m.get('bleu_signature')})" if m.get("bleu") is not None else "-"
-        hw = "; ".join(m.get("hardware", [])) or "-"
-        hours = _num(m.get("wall_hours"), ".3g")
-        lines.append(
-            f"| {e['row']} | {_pair(m.get('tok_bleu'), p.get('test_bleu'), '.2f')} | {sacre} "
-            f"| {_pair(m.get('cost_flops_paper_way'), p.get('train_cost_flops'), '.2g')} "
-            f"| {_num(m.get('model_flops'), '.2g')} | {hw}, {hours} "
-            f"| {m.get('averaged') or '-'} | {m['status']} |"
-        )
-    lines += [
-        "",
-        "BLEU is tokenized and compound-split as the paper's (recipe in the JSON); cost the "
-        "paper's way = wall time x devices x each device's peak FLOP/s (tx.train.runcard.totals).",
-    ]
-    lines += _code_lines(data)
-    return "\n".join(lines) + "\n"
+        _table2_row,
+        (
+            "BLEU is tokenized and compound-split as the paper's (recipe in the JSON); cost the "
+            "paper's way = wall time x devices x each device's peak FLOP/s "
+            "(tx.train.runcard.totals).",
+        ),
+    )
+
+
+def _table4_row(e: dict) -> str:
+    m, p = e["measured"], e["paper"]
+    f1 = _pair(m.get("f1"), p.get("test_f1"), ".1f")
+    if m.get("comparable") is False:  # another experiment: not beside the paper's figure
+        pairs = m.get("train_pairs")
+        f1 = f"{_num(m.get('f1'), '.1f')} (another experiment: {pairs or '?'} training trees)"
+    return f"| {e['row']} | {f1} | {m.get('steps', '-')} | {m['status']} |"
 
 
 def _table4_md(data: dict) -> str:
-    lines = _title(data, "English constituency parsing (WSJ section 23)") + [
+    return _page(
+        data,
+        "English constituency parsing (WSJ section 23)",
         "| Training data | F1 ours / paper | Steps | Status |",
-        "|---|---|---|---|",
-    ]
-    for e in data["rows"]:
-        m, p = e["measured"], e["paper"]
-        f1 = _pair(m.get("f1"), p.get("test_f1"), ".1f")
-        if m.get("comparable") is False:  # another experiment: not beside the paper's figure
-            pairs = m.get("train_pairs")
-            f1 = f"{_num(m.get('f1'), '.1f')} (another experiment: {pairs or '?'} training trees)"
-        lines.append(f"| {e['row']} | {f1} | {m.get('steps', '-')} | {m['status']} |")
-    lines += _code_lines(data)
-    return "\n".join(lines) + "\n"
+        _table4_row,
+    )
 
 
 MARKDOWN = {2: _table2_md, 3: _table3_md, 4: _table4_md}
