@@ -86,3 +86,30 @@ def vocab(tmp_path_factory, tiny):
 def pytest_unconfigure(config):
     if _OWN_CACHE is not None:
         shutil.rmtree(_OWN_CACHE, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def gcs_env():
+    """A GCS server for the session (tests/object_store.py) and the variables naming it."""
+    from object_store import gcs_server
+
+    with gcs_server() as env:
+        yield env
+
+
+@pytest.fixture(scope="session")
+def s3_env():
+    """An S3 server (moto) for the session and the variables naming it."""
+    from object_store import s3_server
+
+    with s3_server() as env:
+        yield env
+
+
+@pytest.fixture(params=["gs", "s3"])
+def bucket(request, monkeypatch):
+    """A prefix of a bucket no other test uses (gs://... or s3://...), with this process's
+    environment (and so its subprocesses') pointed at that scheme's server."""
+    from object_store import point_at
+
+    return point_at(request, monkeypatch, request.param)

@@ -15,11 +15,11 @@ from conftest import Tiny
 from test_checkpoint import _files, damage
 
 from tx.config import ConfigError
+from tx.storage import WriteFailed
 from tx.train.checkpoint import Checkpointer, UnreadableCheckpoint
 from tx.train.loop import train
 from tx.train.monitor import Diverged
 from tx.train.trainer import abstract_train_state, build
-from tx.workdir import WriteFailed
 
 
 def test_tiny_training_end_to_end(vocab, tmp_path, tiny):

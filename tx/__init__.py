@@ -1,13 +1,14 @@
 """tx: the original Transformer for machine translation in JAX/Flax.
 
-The package in layers, lowest first: eight wings (packages) and three modules every wing
+The package in layers, lowest first: eight wings (packages) and four modules every wing
 shares. A module imports only from its own layer and the layers before it in this list
 (tests/test_layout.py checks it, and that no module imports in a circle):
 
     tx.tokens    the special token ids
+    tx.storage   local paths and buckets (gs://, s3://): every read and write of a run's files
     tx.model     layers, the Transformer, the RNN family, the families registry, counting
     tx.config    loading, overriding and validating configs (the model section against tx.model)
-    tx.workdir   every path of a run, atomic writes
+    tx.workdir   every path of a run, the checks that keep it whole
     tx.data    sources, SentencePiece, the token cache, batches, the demo corpus, treebanks
     tx.train   sharding, the step, the loop, optimizer, losses, checkpoints, averaging, run cards
     tx.infer   search, a model's decoders and ensembles, translate, export, CTranslate2, serving
@@ -55,6 +56,7 @@ def __dir__() -> list[str]:  # tab completion and help() see the lazy names too
 # The layers above, in order, and the wings among them (tests/test_layout.py reads both).
 LAYERS = [
     "tx.tokens",
+    "tx.storage",
     "tx.model",
     "tx.config",
     "tx.workdir",

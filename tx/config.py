@@ -19,7 +19,6 @@ import ast
 import dataclasses
 import importlib.util
 import json
-import os
 import types
 import typing
 from collections.abc import Sequence
@@ -27,6 +26,7 @@ from collections.abc import Sequence
 import ml_collections
 from ml_collections import config_dict
 
+from tx import storage
 from tx.data import settings as data_settings
 from tx.infer import settings as infer_settings
 from tx.model import families
@@ -90,9 +90,12 @@ def read_config(path: str) -> ml_collections.ConfigDict:
     """`get_config([arg])` of the file at `path` (`path:arg`), without validation.
 
     Config files that derive from another call this with a path relative to their own file.
+    A run's config.json may be in a bucket (gs://, s3://).
     """
-    path, _, arg = path.partition(":")
-    if not os.path.exists(path):
+    scheme, remote, rest = path.rpartition("://") if storage.is_remote(path) else ("", "", path)
+    path, _, arg = rest.partition(":")
+    path = scheme + remote + path
+    if not storage.exists(path):
         raise ConfigError(f"config file not found: {path}")
     if path.endswith(".json"):  # a run's resolved config, as written to its workdir
         return _read_json(path)
@@ -107,8 +110,7 @@ def read_config(path: str) -> ml_collections.ConfigDict:
 def _read_json(path: str) -> ml_collections.ConfigDict:
     """A run's config.json; one clear error naming the file if it is not a config."""
     try:
-        with open(path, encoding="utf-8") as f:
-            tree = json.load(f)
+        tree = json.loads(storage.read_text(path))
     except UnicodeDecodeError as e:
         raise ConfigError(f"{path} is not UTF-8 text (byte {e.start}): not a tx config") from e
     except json.JSONDecodeError as e:

@@ -10,19 +10,20 @@
     W/<split>.hyp.<lang>    hypotheses written by evaluate
     W/run_card.json, .md    what the run was and scored (tx.train.runcard)
     W/plots/                pictures (tx.viz.plots): curves, attention maps, BLEU by length
+    W/lock.json             the run that writes to W now (tx.train.runlock)
 
+W is a local directory or a bucket's prefix (gs://, s3://): tx.storage reads and writes it.
 A workdir belongs to one model and one vocabulary: resuming it with another is refused.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 
 import jax
 import ml_collections
 
+from tx import storage
 from tx.config import ConfigError
 
 # Keys that must not change when a workdir is resumed (they change the model or its data).
@@ -49,60 +50,41 @@ class NotARun(FileNotFoundError):
     """A directory given as --workdir that no training has written."""
 
 
-class WriteFailed(OSError):
-    """A file or checkpoint that could not be written whole; the message names it."""
+def _in_run(name: str):
+    """The path of `name` in a workdir, as a function of the workdir."""
+    return lambda workdir: storage.join(workdir, name)
 
 
-def config_file(workdir: str) -> str:
-    return os.path.join(workdir, "config.json")
-
-
-def vocab_file(workdir: str) -> str:
-    return os.path.join(workdir, "spm.model")
-
-
-def vocab_hash_file(workdir: str) -> str:
-    return os.path.join(workdir, "vocab.sha256")
-
-
-def data_dir(workdir: str) -> str:
-    return os.path.join(workdir, "data")
-
-
-def checkpoints_dir(workdir: str) -> str:
-    return os.path.join(workdir, "checkpoints")
-
-
-def averaged_dir(workdir: str) -> str:
-    return os.path.join(workdir, "averaged")
-
-
-def tensorboard_dir(workdir: str) -> str:
-    return os.path.join(workdir, "tensorboard")
+config_file = _in_run("config.json")
+vocab_file = _in_run("spm.model")
+vocab_hash_file = _in_run("vocab.sha256")
+data_dir = _in_run("data")
+checkpoints_dir = _in_run("checkpoints")
+averaged_dir = _in_run("averaged")
+tensorboard_dir = _in_run("tensorboard")
+run_card_file = _in_run("run_card.json")
+run_card_markdown = _in_run("run_card.md")
+plots_dir = _in_run("plots")
+lock_file = _in_run("lock.json")
 
 
 def hypotheses_file(workdir: str, split: str, lang: str) -> str:
-    return os.path.join(workdir, f"{split}.hyp.{lang}")
-
-
-def run_card_file(workdir: str) -> str:
-    return os.path.join(workdir, "run_card.json")
-
-
-def run_card_markdown(workdir: str) -> str:
-    return os.path.join(workdir, "run_card.md")
-
-
-def plots_dir(workdir: str) -> str:
-    return os.path.join(workdir, "plots")
+    return storage.join(workdir, f"{split}.hyp.{lang}")
 
 
 def require_run(workdir: str) -> str:
     """The run's config.json; NotARun (naming the directory) if training never wrote one."""
     path = config_file(workdir)
-    if not os.path.isdir(workdir):
+    if storage.is_remote(workdir):  # a prefix exists once something is under it
+        if not storage.exists(path):
+            raise NotARun(
+                f"{workdir} is not a tx run (it has no config.json): train into it with "
+                "`python -m tx train --config FILE --workdir DIR`, or pass --config FILE"
+            )
+        return path
+    if not storage.isdir(workdir):
         raise NotARun(f"--workdir {workdir} does not exist")
-    if not os.path.exists(path):
+    if not storage.exists(path):
         raise NotARun(
             f"{workdir} is not a tx run (it has no config.json): train into it with "
             "`python -m tx train --config FILE --workdir DIR`, or pass --config FILE"
@@ -112,10 +94,10 @@ def require_run(workdir: str) -> str:
 
 def check_config(cfg: ml_collections.ConfigDict, workdir: str) -> None:
     """Refuses a workdir whose saved config differs in a FIXED_KEYS entry; else saves cfg."""
-    os.makedirs(workdir, exist_ok=True)
+    storage.makedirs(workdir)
     path = config_file(workdir)
     current = json.loads(cfg.to_json_best_effort())
-    if os.path.exists(path):
+    if storage.exists(path):
         saved = _read_saved(path)
         # A key the saved config lacks came after that run started: nothing to compare.
         diffs = [
@@ -131,13 +113,12 @@ def check_config(cfg: ml_collections.ConfigDict, workdir: str) -> None:
                 f"{workdir} was trained with another configuration ({details}); use a new --workdir"
             )
     if is_main():
-        write_atomic(path, json.dumps(current, indent=2, sort_keys=True))
+        storage.write_text(path, json.dumps(current, indent=2, sort_keys=True))
 
 
 def _read_saved(path: str) -> dict:
     try:
-        with open(path, encoding="utf-8") as f:
-            saved = json.load(f)
+        saved = json.loads(storage.read_text(path))
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise ConfigError(
             f"{path} is damaged ({e}); restore it, or move it away and pass --config FILE "
@@ -157,24 +138,3 @@ def _lookup(tree: dict, dotted: str):
             return _MISSING
         tree = tree[part]
     return tree
-
-
-def write_atomic(path: str, text: str | bytes) -> None:
-    """Writes the whole file (text, or bytes such as a PNG) under a temporary name, then
-    renames it: never half-written.
-
-    A write that fails (a full disk, a missing directory) raises WriteFailed naming `path`,
-    leaves no temporary file, and leaves an earlier file at `path` as it was.
-    """
-    tmp = path + ".tmp"
-    try:
-        binary = isinstance(text, bytes)
-        with open(tmp, "wb") if binary else open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())  # a full disk may only show here (delayed allocation, NFS)
-        os.replace(tmp, path)
-    except OSError as e:
-        with contextlib.suppress(OSError):
-            os.remove(tmp)
-        raise WriteFailed(f"{path} was not written ({e.strerror or e}); nothing was changed") from e

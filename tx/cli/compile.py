@@ -2,8 +2,8 @@
 compiles one train step ahead of time for a slice (tx.train.aot), deviceless, and reports per
 chip its memory against the chip's HBM, XLA's flops and bytes, the step time from the
 compiler's cost model (or a roofline), tokens per second, the MFU ceiling and hours for the
-config's steps: before any hardware is rented. TPU topologies need libtpu
-(pip install 'tx[tpu]'); GPU nodes jax's CUDA plugin (pip install 'tx[cuda]')."""
+config's steps: before any hardware is rented. TPU topologies need libtpu (pip install
+'tx-transformer[tpu]'); GPU nodes jax's CUDA plugin (pip install 'tx-transformer[cuda]')."""
 
 from __future__ import annotations
 

@@ -20,7 +20,7 @@ import textwrap
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # before TensorFlow is imported anywhere
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
 
-from tx import workdir
+from tx import storage, workdir
 from tx.cli import COMMANDS, options
 from tx.config import ConfigError, load_config, split_config_args
 from tx.train.distributed import LaunchError, ProcessLost, exit_now, initialize, process_lost
@@ -205,7 +205,7 @@ def _user_errors() -> tuple:
         StaleAverage,
         PictureError,
         UnreadableCheckpoint,
-        workdir.WriteFailed,
+        storage.WriteFailed,
         ProcessLost,
         ExportError,
         EngineError,

@@ -44,9 +44,9 @@ def positive_int(text: str) -> int:
 
 
 def run(args: argparse.Namespace, cfg) -> int:
+    from tx import storage
     from tx.data.sources import read_lines
     from tx.infer.engines import load_engine, translate_lines
-    from tx.workdir import write_atomic
 
     if args.input:  # read (and checked) before the model is loaded: bad input fails at once
         with open(args.input, "rb") as f:
@@ -64,7 +64,7 @@ def run(args: argparse.Namespace, cfg) -> int:
     )
     text = "".join(o + "\n" for o in outputs)
     if args.output:  # written whole, then renamed: never a half-written file
-        write_atomic(args.output, text)
+        storage.write_text(args.output, text)
     else:
         sys.stdout.write(text)
     return 0

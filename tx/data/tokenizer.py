@@ -14,6 +14,7 @@ from collections.abc import Iterable, Sequence
 
 import sentencepiece as spm
 
+from tx import storage
 from tx import workdir as wd
 from tx.tokens import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
@@ -163,7 +164,7 @@ def check_vocabulary(workdir: str, tokenizer) -> None:
                 f"the checkpoints in {workdir} were trained with (sha256 {saved[:12]})"
             )
     elif wd.is_main():
-        wd.write_atomic(path, tokenizer.fingerprint + "\n")
+        storage.write_text(path, tokenizer.fingerprint + "\n")
 
 
 def run_tokenizer(workdir: str) -> Tokenizer:

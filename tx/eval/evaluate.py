@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ml_collections
 
+from tx import storage
 from tx import workdir as wd
 from tx.config import model_config
 from tx.data import trees as parsing
@@ -44,7 +45,7 @@ def evaluate_split(
     references = [r for _, r in pairs]
     hypotheses = translate(loaded, sources, cfg)
     path = output or wd.hypotheses_file(workdir, split, cfg.data.tgt_lang)
-    wd.write_atomic(path, "".join(h + "\n" for h in hypotheses))
+    storage.write_text(path, "".join(h + "\n" for h in hypotheses))
     if cfg.data.source == "trees":  # parsing: bracketing F1 against the gold trees
         result = parse_scores(gold_trees(cfg.data, split), hypotheses)
     else:

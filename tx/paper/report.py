@@ -17,7 +17,7 @@ import subprocess
 
 import ml_collections
 
-from tx import workdir as wd
+from tx import storage
 from tx.config import model_config
 from tx.model.counting import param_counts
 from tx.paper.tables import ROOT, Row, load_row, row_workdir, spec
@@ -128,7 +128,7 @@ def report(table, rows, scale, root, results_dir="results") -> tuple[str, str]:
         if card is not None:  # kept beside the table: what a fresh clone reports from
             path = card_copy(table, row, scale, results_dir)
             os.makedirs(os.path.dirname(path), exist_ok=True)
-            wd.write_atomic(path, json.dumps(card, indent=2, sort_keys=True) + "\n")
+            storage.write_text(path, json.dumps(card, indent=2, sort_keys=True) + "\n")
         else:
             card = committed_card(table, row, scale, results_dir)
         cards += [card] if card else []
@@ -153,8 +153,8 @@ def report(table, rows, scale, root, results_dir="results") -> tuple[str, str]:
     times = [s.get("time", "") for c in cards for s in c.get("scores", {}).values()]
     data = {"table": table, "scale": scale.name, "cards_up_to": max(times, default=None)}
     data["rows"] = entries
-    wd.write_atomic(js, json.dumps(data, indent=2) + "\n")
-    wd.write_atomic(md, MARKDOWN[table](data))
+    storage.write_text(js, json.dumps(data, indent=2) + "\n")
+    storage.write_text(md, MARKDOWN[table](data))
     return md, js
 
 

@@ -54,7 +54,8 @@ GPUS = {"h100": "NVIDIA H100 80GB HBM3", "h200": "NVIDIA H200"}
 
 def gpu_devices(name: str, count: int):
     """`count` GPUs of one node (h100 / h200) described for XLA's GPU compiler, without the
-    hardware: needs jax's CUDA plugin (pip install 'tx[cuda]'); nothing runs on a GPU."""
+    hardware: needs jax's CUDA plugin (pip install 'tx-transformer[cuda]'); nothing runs on a
+    GPU."""
     # The plugin checks the CUDA driver when it starts: deviceless there is none to check.
     os.environ.setdefault("JAX_SKIP_CUDA_CONSTRAINTS_CHECK", "1")
     os.environ.setdefault("CUDA_VISIBLE_DEVICES", "-1")
@@ -69,7 +70,8 @@ def gpu_devices(name: str, count: int):
     except Exception as e:  # noqa: BLE001 - no CUDA plugin, or jax's GPU topology refused
         raise RuntimeError(
             f"cannot describe {count} x {name} here ({type(e).__name__}: {e}); install jax's "
-            "CUDA plugin (pip install 'tx[cuda]'), and compile before anything else starts jax"
+            "CUDA plugin (pip install 'tx-transformer[cuda]'), and compile before anything else "
+            "starts jax"
         ) from e
     return topology.devices
 
@@ -93,7 +95,7 @@ def topology_devices(topology: str):
     except Exception as e:  # noqa: BLE001 - libtpu missing or unknown topology: say so
         raise RuntimeError(
             f"cannot describe TPU topology {topology!r} here ({e}); install "
-            "libtpu (pip install 'tx[tpu]') or run on a TPU VM"
+            "libtpu (pip install 'tx-transformer[tpu]') or run on a TPU VM"
         ) from e
 
 

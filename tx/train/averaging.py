@@ -25,6 +25,7 @@ import jax.numpy as jnp
 import ml_collections
 import orbax.checkpoint as ocp
 
+from tx import storage
 from tx import workdir as wd
 from tx.config import ConfigError, model_config
 from tx.model.counting import abstract_params
@@ -162,7 +163,7 @@ def save_params(
     item holds {"averaged_steps": sources, **meta} (meta: how they were chosen).
 
     They are written whole under `averaged/.staging/` (not a step) and then renamed into
-    place, so a write that fails (tx.workdir.WriteFailed) leaves an earlier `averaged/<step>` as
+    place, so a write that fails (tx.storage.WriteFailed) leaves an earlier `averaged/<step>` as
     it was.
     """
     final = os.path.join(wd.averaged_dir(workdir), str(step))
@@ -188,7 +189,7 @@ def save_params(
         )
         manager.wait_until_finished()
     except Exception as e:  # noqa: BLE001 - TensorStore reports a full disk as ValueError
-        raise wd.WriteFailed(
+        raise storage.WriteFailed(
             f"averaged checkpoint {final} was not written ({why_unreadable(e)}); "
             "any earlier one there is intact"
         ) from e

@@ -42,6 +42,7 @@ import orbax.checkpoint as ocp
 # or start time would take in Orbax's long-lived event-loop threads, whose join never ends.
 from orbax.checkpoint._src.futures import future as ocp_future
 
+from tx import storage
 from tx import workdir as wd
 from tx.train import best
 from tx.train.distributed import all_true, barrier, process_lost
@@ -169,7 +170,7 @@ class Checkpointer:
         """Starts an (asynchronous) save; `wait()` blocks until it is on disk. `score`
         ({metric: value}, the dev evaluation of this very state) is saved with it.
 
-        A save that fails (a full disk, say) raises tx.workdir.WriteFailed naming its checkpoint,
+        A save that fails (a full disk, say) raises tx.storage.WriteFailed naming its checkpoint,
         here or from the next `save` / `wait`; Orbax writes under a temporary name, so nothing
         partial is ever a step, and the checkpoints before it are intact.
         """
@@ -194,7 +195,7 @@ class Checkpointer:
             if (lost := process_lost(e)) is not None:  # not a write that failed: a peer died
                 raise lost from e
             self._renew_manager()
-            raise wd.WriteFailed(
+            raise storage.WriteFailed(
                 f"checkpoint {self.path(step)} was not written ({why_unreadable(e)}); "
                 "the checkpoints before it are intact"
             ) from e
@@ -346,7 +347,7 @@ def _join_commit_threads() -> None:
             with contextlib.suppress(Exception):  # its failure is the one already reported
                 thread.join(COMMIT_JOIN_TIMEOUT_SECS)
             if thread.is_alive():
-                raise wd.WriteFailed(
+                raise storage.WriteFailed(
                     f"a failed checkpoint write ({thread.name}) was still running after "
                     f"{COMMIT_JOIN_TIMEOUT_SECS:.0f} s"
                 )

@@ -32,6 +32,7 @@ import subprocess
 import jax
 import ml_collections
 
+from tx import storage
 from tx import workdir as wd
 
 FORMAT = 1
@@ -169,8 +170,8 @@ def _save(workdir: str, card: dict) -> None:
     segments = [s for s in card["segments"] if s["end_step"] > s["start_step"]]
     card = dict(card, segments=segments)
     card["totals"] = totals(card)
-    wd.write_atomic(wd.run_card_file(workdir), json.dumps(card, indent=2, sort_keys=True) + "\n")
-    wd.write_atomic(wd.run_card_markdown(workdir), markdown(card))
+    storage.write_text(wd.run_card_file(workdir), json.dumps(card, indent=2, sort_keys=True) + "\n")
+    storage.write_text(wd.run_card_markdown(workdir), markdown(card))
 
 
 def _now() -> str:

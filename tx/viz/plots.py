@@ -18,7 +18,7 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from tx.workdir import write_atomic
+from tx import storage
 
 DPI = 100
 LABEL_PT = 7  # tick labels of tokens
@@ -39,7 +39,7 @@ def save(fig: Figure, path: str) -> str:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=DPI)
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    write_atomic(path, buf.getvalue())
+    storage.write_bytes(path, buf.getvalue())
     return path
 
 

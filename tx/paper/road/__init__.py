@@ -36,14 +36,14 @@ def markdown_table(header: list[str], rows: list[list]) -> str:
 
 def write_report(results: str, name: str, command: str, seconds: float, body: str, fig) -> list:
     """`<results>/road_<name>.md` (command and runtime, then `body`) and `.png`; their paths."""
+    from tx import storage
     from tx.viz import plots
-    from tx.workdir import write_atomic
 
     os.makedirs(results, exist_ok=True)
     md = os.path.join(results, f"road_{name}.md")
     png = os.path.join(results, f"road_{name}.png")
     head = f"# road {name}\n\nCommand: `{command}` ({seconds / 60:.1f} min on this machine)\n\n"
-    write_atomic(md, head + body + f"\n![road {name}](road_{name}.png)\n")
+    storage.write_text(md, head + body + f"\n![road {name}](road_{name}.png)\n")
     plots.save(fig, png)
     return [md, png]
 
