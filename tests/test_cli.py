@@ -169,6 +169,7 @@ OWN_OPTIONS = {
         *("--config", "--workdir", "--take-over-lock"),
         *("--coordinator_address", "--num_processes", "--process_id"),
     ),
+    "prepare": ("--config", "--workdir", "--take-over-lock"),
     "translate": (
         *("--workdir", "--checkpoint", "--input", "--output", "--nbest", "--alignments"),
         *("--align_layer", "--engine", "--model", "--device", "--compute_type", "--threads"),

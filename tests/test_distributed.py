@@ -1,5 +1,6 @@
 """Several processes (jax.distributed, gloo, on this machine): when one dies or freezes, the
-other stops with an error within mesh.heartbeat_timeout_secs instead of waiting for ever."""
+other stops with an error within mesh.heartbeat_timeout_secs instead of waiting for ever; data
+is prepared once (`python -m tx prepare`) and no process of a run tokenizes."""
 
 import os
 import signal
@@ -25,8 +26,19 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _start_two(tmp_path, vocab) -> list:
-    """Processes 0 and 1 of one training run; each one's output goes to tmp_path/log<i>."""
+def _prepare(workdir, vocab) -> None:
+    """`python -m tx prepare` of the runs below, in this process."""
+    from tx.train.prepare import prepare
+
+    prepare(Tiny()(f"data.vocab_path={vocab}"), str(workdir))
+
+
+def _start_two(tmp_path, vocab, *extra, workdir=None, prepared=True) -> list:
+    """Processes 0 and 1 of one training run (of `workdir`, default tmp_path/run, prepared
+    first unless `prepared` is False); each one's output goes to tmp_path/log<i>."""
+    workdir = workdir or str(tmp_path / "run")
+    if prepared:
+        _prepare(workdir, vocab)
     port = _free_port()
     env = {
         **os.environ,
@@ -37,7 +49,7 @@ def _start_two(tmp_path, vocab) -> list:
     for i in range(2):
         cmd = [
             sys.executable, "-m", "tx", "train", "--config", Tiny.path,
-            "--workdir", str(tmp_path / "run"),
+            "--workdir", workdir,
             f"--config.data.vocab_path={vocab}",
             "--config.train.num_steps=100000",
             "--config.train.checkpoint_every_steps=1",
@@ -45,6 +57,7 @@ def _start_two(tmp_path, vocab) -> list:
             f"--config.mesh.heartbeat_timeout_secs={HEARTBEAT}",
             "--coordinator_address", f"localhost:{port}",
             "--num_processes", "2", "--process_id", str(i),
+            *extra,
         ]  # fmt: skip
         log = open(tmp_path / f"log{i}", "w")
         procs.append(subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=log))
@@ -104,3 +117,47 @@ def test_a_frozen_process_stops_the_other_after_the_heartbeat_timeout(tmp_path, 
     assert code != 0 and HEARTBEAT / 2 <= seconds < HEARTBEAT + SLACK, (code, seconds)
     assert JAX_SAYS in said or TX_SAYS in said, said[-3000:]
     print(f"frozen: survivor exit {code} after {seconds:.1f} s")
+
+
+@pytest.mark.multiprocess
+def test_two_processes_on_unprepared_data_stop_at_once_naming_prepare(tmp_path, vocab):
+    workdir = tmp_path / "run"
+    procs = _start_two(tmp_path, vocab, prepared=False)
+    codes = [p.wait(timeout=180) for p in procs]
+    said = [(tmp_path / f"log{i}").read_text() for i in range(2)]
+    assert codes == [2, 2], said
+    for text in said:  # the same line on each process, before anything was built
+        assert (
+            f"error: the data of {workdir} is not prepared (the vocabulary is not prepared" in text
+        )
+        assert f"python -m tx prepare --config {workdir}/config.json --workdir {workdir}`" in text
+        assert "tokenizing" not in text and "Traceback" not in text
+    assert os.listdir(workdir) == ["config.json"]  # no vocabulary, no cache, no lock left
+
+
+# About 40 s on 2 idle cores; S3's (the same guarantee, another server) is left to `-m slow`.
+@pytest.mark.multiprocess
+@pytest.mark.parametrize("scheme", ["gs", pytest.param("s3", marks=pytest.mark.slow)])
+def test_two_processes_with_prepared_data_in_a_bucket_tokenize_nothing(
+    tmp_path, vocab, request, monkeypatch, scheme
+):
+    from object_store import point_at
+
+    from tx import storage
+    from tx.train.checkpoint import Checkpointer
+
+    bucket = point_at(request, monkeypatch, scheme)
+    _prepare(bucket, vocab)
+    data = storage.join(bucket, "data")
+    before = {rel: storage.version(storage.join(data, rel)) for rel in storage.walk_files(data)}
+    procs = _start_two(
+        tmp_path, vocab, "--config.train.num_steps=2", workdir=bucket, prepared=False
+    )
+    codes = [p.wait(timeout=240) for p in procs]
+    said = [(tmp_path / f"log{i}").read_text() for i in range(2)]
+    assert codes == [0, 0], [text[-3000:] for text in said]
+    assert not any("tokenizing" in text for text in said)
+    after = {rel: storage.version(storage.join(data, rel)) for rel in storage.walk_files(data)}
+    assert after == before  # every cache and record as prepare left it
+    assert Checkpointer(bucket).all_steps() == [1, 2]  # both processes wrote into the bucket
+    assert not os.path.exists(ROOT / f"{scheme}:")  # their working directory: no local copy

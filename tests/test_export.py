@@ -167,10 +167,10 @@ def test_export_is_atomic(trained, tmp_path, monkeypatch):
     cfg = load_config(wd.config_file(trained))
     out = tmp_path / "model"
 
-    def broken_copy(*args):
+    def broken_write(*args, **kwargs):  # the last file of the export
         raise OSError("disk full")
 
-    monkeypatch.setattr(tx.infer.export.shutil, "copyfile", broken_copy)
+    monkeypatch.setattr(tx.infer.export.json, "dump", broken_write)
     with pytest.raises(OSError, match="disk full"):
         export(cfg, trained, str(out))
     assert os.listdir(tmp_path) == []

@@ -39,6 +39,16 @@ def test_listing_names_files_and_directories_once(where):
     assert storage.listdir(storage.join(where, "nothing")) == []
 
 
+def test_glob_finds_files_only_in_order(where):
+    for rel in ("02/wsj_0201.mrg", "02/wsj_0200.mrg", "03/wsj_0300.mrg", "02/notes.txt"):
+        storage.write_bytes(storage.join(where, *rel.split("/")), b"(S)")
+    found = storage.glob_files(storage.join(where, "0[23]", "*.mrg"))
+    want = ("02/wsj_0200.mrg", "02/wsj_0201.mrg", "03/wsj_0300.mrg")
+    assert found == [storage.join(where, *r.split("/")) for r in want]
+    assert storage.glob_files(storage.join(where, "*")) == []  # "02", "03": directories
+    assert storage.glob_files(storage.join(where, "04", "*.mrg")) == []
+
+
 def test_create_is_won_by_one_writer(where):
     path = storage.join(where, "lock.json")
     storage.create(path, b"first")
@@ -103,6 +113,20 @@ def test_move_tree_keeps_every_file_and_removes_the_source(where):
     assert storage.read_text(storage.join(dst, "state", "b", "c")) == "state/b/c"
 
 
+def test_an_appender_shows_every_flush_whole(where):
+    path = storage.join(where, "tb", "events")
+    log = storage.Appender(path)
+    log.write(b"one ")
+    assert not storage.exists(path)  # nothing before the first flush
+    log.flush()
+    log.write(b"two ")
+    log.write(b"three")
+    assert storage.read_bytes(path) == b"one "
+    log.flush()
+    log.flush()  # nothing new: nothing written twice
+    assert storage.read_bytes(path) == b"one two three" and log.size == 13
+
+
 def test_rmtree_and_remove_of_what_is_not_there_do_nothing(where):
     storage.rmtree(storage.join(where, "none"))
     storage.remove(storage.join(where, "none"))
@@ -124,6 +148,22 @@ def test_a_local_copy_maps_the_bytes_and_a_new_object_is_a_new_file(where, tmp_p
     assert list(mapped) == list(range(5)) or not storage.is_remote(where)
     if storage.is_remote(where):  # a new object is a new local file; the mapped one stays
         assert first != second and os.path.exists(first)
+
+
+def test_a_local_tree_is_a_new_copy_once_an_object_changes(where, tmp_path, monkeypatch):
+    monkeypatch.setenv("TX_CACHE_DIR", str(tmp_path / "cache"))
+    for rel in ("model.bin", "sub/vocab"):
+        storage.write_bytes(storage.join(where, *rel.split("/")), b"one")
+    first = storage.local_tree(where)
+    assert storage.local_tree(where) == first
+    with open(os.path.join(first, "sub", "vocab"), "rb") as f:
+        assert f.read() == b"one"
+    storage.write_bytes(storage.join(where, "model.bin"), b"two")  # the same size
+    second = storage.local_tree(where)
+    with open(os.path.join(second, "model.bin"), "rb") as f:
+        assert f.read() == b"two"
+    assert sorted(os.listdir(second)) == ["model.bin", "sub"]
+    assert (first == second) != storage.is_remote(where)  # a local tree is itself
 
 
 def _saved(path, array):

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Shared by the tpu/ scripts: argument parsing, required variables, dry runs.
+# Shared by the tpu/ scripts: argument parsing, required variables, dry runs (tpu/README.md).
+# DRY_RUN=1 (or --dry-run) prints the commands without running them; any other value runs them.
 set -euo pipefail
 
 DRY_RUN=${DRY_RUN:-0}
@@ -30,7 +31,18 @@ run() {
   if [[ "$DRY_RUN" != 1 ]]; then "$@"; fi
 }
 
-ssh_all() {  # ssh_all COMMAND: the same command on every worker of the slice
+ssh_worker() {  # ssh_worker WORKER COMMAND: COMMAND on one worker (0, 1, ...) or on all
   run gcloud compute tpus tpu-vm ssh "$TPU_NAME" --zone="$ZONE" --project="$PROJECT" \
-    --worker=all --command="$1"
+    --worker="$1" --command="$2"
+}
+
+ssh_all() {  # ssh_all COMMAND: the same command on every worker of the slice
+  ssh_worker all "$1"
+}
+
+# tx_args: --config CONFIG --workdir WORKDIR, quoted for the remote shell, then EXTRA_ARGS as
+# given (several options, split by that shell).
+tx_args() {
+  printf -- '--config %q --workdir %q' "$CONFIG" "$WORKDIR"
+  if [[ -n "${EXTRA_ARGS:-}" ]]; then printf ' %s' "$EXTRA_ARGS"; fi
 }

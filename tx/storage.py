@@ -29,7 +29,9 @@ import contextlib
 import datetime
 import errno
 import fcntl
+import glob as globbing
 import hashlib
+import io
 import os
 import posixpath
 import shutil
@@ -94,6 +96,8 @@ def configure() -> None:
         from etils.epath import gpath
 
         gpath._is_tf_installed.cache_clear()  # read once and cached: forget an earlier answer
+    # gcsfs picks its experimental file system at import unless told not to (and says so).
+    os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
     import fsspec
 
     with contextlib.suppress(ImportError):  # the cloud extra
@@ -142,6 +146,8 @@ def s3_kvstore(path: str) -> dict:
     region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
     if region:
         spec["aws_region"] = region
+    if os.environ.get("AWS_ACCESS_KEY_ID"):  # else TensorStore also looks in ~/.aws, and says so
+        spec["aws_credentials"] = {"type": "environment"}
     return spec
 
 
@@ -195,6 +201,17 @@ def walk_files(path: str) -> list[str]:
     return sorted(x[len(base) :] for x in fs.find(p) if x.startswith(base))
 
 
+def glob_files(pattern: str) -> list[str]:
+    """The files a glob pattern (`*`, `?`, `[...]`) matches, sorted; on a bucket through
+    fsspec's glob (a listing under the pattern's fixed prefix), as URLs."""
+    if not is_remote(pattern):
+        return sorted(p for p in globbing.glob(pattern) if os.path.isfile(p))
+    fs, p = _fs(pattern)
+    scheme = pattern[: pattern.index("://") + 3]
+    found = fs.glob(p, detail=True)
+    return sorted(scheme + name for name, info in found.items() if info.get("type") == "file")
+
+
 def read_bytes(path: str) -> bytes:
     if not is_remote(path):
         with open(path, "rb") as f:
@@ -208,11 +225,12 @@ def read_text(path: str) -> str:
 
 
 def open_read(path: str):
-    """A binary file object for reading (a bucket's object is read in blocks)."""
+    """A binary file object for reading (a bucket's object is read in blocks of 4 MiB, behind
+    a buffer: iterating lines on fsspec's own file copies a whole block per line)."""
     if not is_remote(path):
         return open(path, "rb")
     fs, p = _fs(path)
-    return fs.open(p, "rb")
+    return io.BufferedReader(fs.open(p, "rb"), 1 << 22)
 
 
 def mtime(path: str) -> float:
@@ -439,6 +457,37 @@ def upload_tree(local_dir: str, path: str) -> None:
             write_bytes(join(path, *rel.split(os.sep)), f.read())
 
 
+class Appender:
+    """A file that grows, readable whole after each `flush` (TensorBoard's event files).
+
+    Locally the file itself, appended to: a reader that follows it as it grows (TensorBoard)
+    sees each flush. A bucket has no append and an object is written whole: the bytes so far
+    are kept in memory and the whole object is written again at each flush (readers see the
+    previous flush or this one). `size` is the bytes written so far.
+    """
+
+    def __init__(self, path: str):
+        self.path, self.size, self._flushed = path, 0, 0
+        self._pending = bytearray()  # written since the last flush (locally) or at all (bucket)
+
+    def write(self, data: bytes) -> None:
+        self._pending += data
+        self.size += len(data)
+
+    def flush(self) -> None:
+        if self._flushed == self.size:
+            return
+        if is_remote(self.path):
+            write_bytes(self.path, bytes(self._pending))
+        else:
+            with _writing(self.path):
+                os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
+                with open(self.path, "ab") as f:
+                    f.write(self._pending)
+            self._pending.clear()
+        self._flushed = self.size
+
+
 # -------------------------------------------------------------------------------------------
 # The local cache: what must be a local file (memory-mapped arrays, libraries that read paths).
 
@@ -475,16 +524,33 @@ def local_copy(path: str) -> str:
 
 def local_tree(path: str) -> str:
     """A local directory with the files under `path`: `path` itself when local, else a copy
-    in the cache (refreshed: files whose size changed are fetched again)."""
+    in the cache named by the objects' versions (one listing), so that a tree with any object
+    rewritten (a new export of the same size, say) is a new copy. A copy appears whole: it is
+    fetched under a temporary name and renamed."""
     if not is_remote(path):
         return path
     fs, p = _fs(path)
-    local = cache_dir("trees", hashlib.sha256(path.encode()).hexdigest()[:32])
-    for rel in walk_files(path):
-        target = os.path.join(local, *rel.split("/"))
-        remote = posixpath.join(p, rel)
-        if os.path.exists(target) and os.path.getsize(target) == fs.size(remote):
-            continue
-        os.makedirs(os.path.dirname(target), exist_ok=True)
-        fs.get_file(remote, target)
+    base = p.rstrip("/") + "/"
+    found = sorted((k[len(base) :], v) for k, v in fs.find(p, detail=True).items())
+    versions = [(rel, str(info.get("generation") or info.get("ETag"))) for rel, info in found]
+    key = hashlib.sha256(repr((path, versions)).encode()).hexdigest()[:32]
+    local = cache_dir("trees", key)
+    if os.path.isdir(local):
+        return local
+    os.makedirs(os.path.dirname(local), exist_ok=True)
+    tmp = tempfile.mkdtemp(dir=os.path.dirname(local), prefix=".tmp-")
+    try:
+        for rel, _ in versions:
+            target = os.path.join(tmp, *rel.split("/"))
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            fs.get_file(base + rel, target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    try:
+        os.rename(tmp, local)
+    except OSError:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if not os.path.isdir(local):  # else another process put the same copy there first
+            raise
     return local

@@ -4,6 +4,7 @@
     W/spm.model             the shared SentencePiece vocabulary
     W/vocab.sha256          its fingerprint when training began: the checkpoints' vocabulary
     W/data/<key>/           token-id caches, keyed by data and vocabulary (tx.data.token_cache)
+    W/data/sources/         a bucket's source files' sha256 and lines, by object version
     W/checkpoints/<step>/   training checkpoints: state + data position (tx.train.checkpoint)
     W/averaged/<step>/      parameters averaged over the last N checkpoints
     W/tensorboard/          scalars (tx.train.monitor)
@@ -18,6 +19,7 @@ A workdir belongs to one model and one vocabulary: resuming it with another is r
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import jax
@@ -25,6 +27,7 @@ import ml_collections
 
 from tx import storage
 from tx.config import ConfigError
+from tx.model import families
 
 # Keys that must not change when a workdir is resumed (they change the model or its data).
 FIXED_KEYS = (
@@ -75,14 +78,7 @@ def hypotheses_file(workdir: str, split: str, lang: str) -> str:
 def require_run(workdir: str) -> str:
     """The run's config.json; NotARun (naming the directory) if training never wrote one."""
     path = config_file(workdir)
-    if storage.is_remote(workdir):  # a prefix exists once something is under it
-        if not storage.exists(path):
-            raise NotARun(
-                f"{workdir} is not a tx run (it has no config.json): train into it with "
-                "`python -m tx train --config FILE --workdir DIR`, or pass --config FILE"
-            )
-        return path
-    if not storage.isdir(workdir):
+    if not storage.isdir(workdir):  # a bucket's prefix is one once something is under it
         raise NotARun(f"--workdir {workdir} does not exist")
     if not storage.exists(path):
         raise NotARun(
@@ -99,16 +95,11 @@ def check_config(cfg: ml_collections.ConfigDict, workdir: str) -> None:
     current = json.loads(cfg.to_json_best_effort())
     if storage.exists(path):
         saved = _read_saved(path)
+        old, new = _fixed(saved), _fixed(current)
         # A key the saved config lacks came after that run started: nothing to compare.
-        diffs = [
-            k
-            for k in FIXED_KEYS
-            if _lookup(saved, k) is not _MISSING and _lookup(saved, k) != _lookup(current, k)
-        ]
+        diffs = [k for k in old if old[k] is not _MISSING and old[k] != new[k]]
         if diffs:
-            details = "; ".join(
-                f"{k}: {_lookup(saved, k)!r} -> {_lookup(current, k)!r}" for k in diffs
-            )
+            details = "; ".join(f"{k}: {old[k]!r} -> {new[k]!r}" for k in diffs)
             raise ConfigError(
                 f"{workdir} was trained with another configuration ({details}); use a new --workdir"
             )
@@ -130,6 +121,21 @@ def _read_saved(path: str) -> dict:
 
 
 _MISSING = object()
+
+
+def _fixed(tree: dict) -> dict:
+    """FIXED_KEYS' values in a config tree; the model section field by field, with its
+    family's defaults for the fields a config written before them lacks (a model is the same
+    model if only such a field was added since)."""
+    values = {k: _lookup(tree, k) for k in FIXED_KEYS if k != "model"}
+    section = tree.get("model")
+    if isinstance(section, dict):
+        try:
+            fields = dataclasses.asdict(families.model_config(section))
+        except (ValueError, TypeError):  # a config that does not build: compare it as written
+            fields = section
+        values |= {f"model.{k}": v for k, v in fields.items()}
+    return values
 
 
 def _lookup(tree: dict, dotted: str):

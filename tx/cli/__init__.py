@@ -16,6 +16,7 @@ COMMANDS = {
     "info": "parameter counts (actual and analytic, beside the paper's) as JSON; with "
     "--devices N also rows and real tokens per step on N devices",
     "train": "train (same as train.py)",
+    "prepare": "the data once, before a multi-process train: vocabulary, token caches, run card",
     "translate": "translate stdin or --input to stdout or --output (--alignments: word links; "
     "--nbest N: n-best lists; --workdir W1 W2 ...: an ensemble; --engine ctranslate2)",
     "average": "average the last N checkpoints into a new one",

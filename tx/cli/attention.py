@@ -5,7 +5,6 @@ PNGs (tx.viz.pictures); prints the paths it wrote."""
 from __future__ import annotations
 
 import argparse
-import os
 
 from tx.cli import options
 
@@ -21,12 +20,13 @@ def add_options(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, cfg) -> int:
+    from tx import storage
     from tx.infer.translate import load_model
     from tx.viz.pictures import attention_pictures
     from tx.workdir import plots_dir
 
     loaded = load_model(cfg, args.workdir, args.checkpoint)
-    out = args.out or os.path.join(plots_dir(args.workdir), "attention")
+    out = args.out or storage.join(plots_dir(args.workdir), "attention")
     for path in attention_pictures(loaded, cfg, args.text or "", out):
         print(f"wrote {path}")
     return 0

@@ -17,12 +17,12 @@ def add_options(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, cfg) -> int:
-    from tx import workdir
     from tx.train import runcard
+    from tx.workdir import require_run
 
     if not args.workdir:
         raise FileNotFoundError("card needs --workdir W")
-    workdir.require_run(args.workdir)
+    require_run(args.workdir)
     card = runcard.load(args.workdir)
     if card is None:
         raise FileNotFoundError(f"{args.workdir} has no run card yet (train writes it)")

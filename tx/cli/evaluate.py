@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 
 from tx.cli import options
 
@@ -44,6 +43,7 @@ def add_options(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, cfg) -> int:
+    from tx import storage
     from tx.config import ConfigError
     from tx.eval.evaluate import evaluate_split
     from tx.infer.engines import load_engine
@@ -70,7 +70,7 @@ def run(args: argparse.Namespace, cfg) -> int:
         from tx.viz.pictures import by_length_picture
         from tx.workdir import plots_dir
 
-        out = args.out or os.path.join(plots_dir(where), f"bleu_by_length_{args.split}.png")
+        out = args.out or storage.join(plots_dir(where), f"bleu_by_length_{args.split}.png")
         result["by_length_png"] = by_length_picture(result, out)
     if args.json:
         print(json.dumps(result))

@@ -16,7 +16,9 @@ def add_options(p: argparse.ArgumentParser) -> None:
     options.config(p)
     options.workdir(p, "the run to export")
     options.checkpoint(p)
-    p.add_argument("--out", metavar="DIR", help="where the export goes (required)")
+    p.add_argument(
+        "--out", metavar="DIR", help="where the export goes, a directory or gs://, s3:// (required)"
+    )
     p.add_argument("--format", default="ctranslate2", help="the format")
     p.add_argument(
         "--quantization",

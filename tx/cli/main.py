@@ -50,7 +50,8 @@ def parsers() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
         nargs="+",
         action="extend",
         metavar="W",
-        help="the run directory, for a command that takes one (also after the command)",
+        help="the run directory (or gs://bucket/prefix, s3://bucket/prefix), for a command "
+        "that takes one (also after the command)",
     )
     options.distributed(p, dest_prefix=GLOBAL)
     commands = p.add_subparsers(
@@ -146,14 +147,15 @@ def _config(command, args: argparse.Namespace, path: str | None, overrides: list
     if command.CONFIG in ("run", "new run") and not args.workdir and not model:
         raise UsageError(f"{args.command} needs --workdir DIR")
     if command.CONFIG == "run" and args.workdir:
-        run_config = workdir.require_run(args.workdir)  # even with --config: a run is needed
-        path = path or run_config
+        # Every run given (even with --config: a run is needed); the first one's config.
+        runs = [workdir.require_run(w) for w in getattr(args, "workdirs", None) or [args.workdir]]
+        path = path or runs[0]
     elif model:
         path = path or _export_config(model)
     elif (
         command.CONFIG == "new run"
         and not path
-        and os.path.exists(workdir.config_file(args.workdir))
+        and storage.exists(workdir.config_file(args.workdir))
     ):
         path = workdir.config_file(args.workdir)  # resume a run with its own config
     path = path or getattr(command, "DEFAULT_CONFIG", None)
@@ -163,11 +165,11 @@ def _config(command, args: argparse.Namespace, path: str | None, overrides: list
 
 
 def _export_config(model_dir: str) -> str:
-    """The run's config an export carries."""
+    """The run's config an export carries (an export's directory may be a bucket's prefix)."""
     from tx.infer.export import CONFIG_FILE
 
-    path = os.path.join(model_dir, CONFIG_FILE)
-    if not os.path.isfile(path):
+    path = storage.join(model_dir, CONFIG_FILE)
+    if not storage.isfile(path):
         raise ConfigError(f"--model {model_dir} is not a tx export (no {CONFIG_FILE})")
     return path
 

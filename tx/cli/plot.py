@@ -5,7 +5,6 @@ files (no TensorFlow, so a run still training can be watched); `plot --positiona
 from __future__ import annotations
 
 import argparse
-import os
 
 from tx.cli import options
 
@@ -22,6 +21,7 @@ def add_options(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, cfg) -> int:
+    from tx import storage
     from tx.config import ConfigError
     from tx.viz.pictures import curves_picture, positional_picture
     from tx.workdir import plots_dir
@@ -29,7 +29,7 @@ def run(args: argparse.Namespace, cfg) -> int:
     if args.positional:
         path = positional_picture(args.d_model, args.out or f"positional_d{args.d_model}.png")
     elif args.workdirs:
-        out = args.out or os.path.join(plots_dir(args.workdirs[0]), "curves.png")
+        out = args.out or storage.join(plots_dir(args.workdirs[0]), "curves.png")
         path = curves_picture(args.workdirs, out)
     else:
         raise ConfigError("plot needs --workdir W [W2 ...] (learning curves) or --positional")

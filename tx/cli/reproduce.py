@@ -23,7 +23,11 @@ def add_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="--plan: one JSON object")
     p.add_argument("--scale", default="full", help="full (the paper's) or mini")
     p.add_argument("--steps", type=int, help="--scale mini: steps of a 100k-step row")
-    p.add_argument("--root", default="runs", help="the rows' workdirs go under this")
+    p.add_argument(
+        "--root",
+        default="runs",
+        help="the rows' workdirs go under this (a directory or gs://, s3://)",
+    )
     p.add_argument("--results", default="results", help="where reports go")
     p.add_argument(
         "--hardware", help="--plan: h100x8 (or h100:8), a100x8, v4-32, ... (default: this machine)"

@@ -19,6 +19,7 @@ def add_options(p: argparse.ArgumentParser) -> None:
             "--input", metavar="FILE", help="read sentences from this file (default stdin)"
         )
         p.add_argument("--output", metavar="FILE", help="write translations to this file")
+        # Either may be an object: gs://bucket/file, s3://bucket/file (tx.storage).
         p.add_argument(
             "--nbest", type=positive_int, metavar="N", help="N best per line, `index\tscore\ttext`"
         )
@@ -49,7 +50,7 @@ def run(args: argparse.Namespace, cfg) -> int:
     from tx.infer.engines import load_engine, translate_lines
 
     if args.input:  # read (and checked) before the model is loaded: bad input fails at once
-        with open(args.input, "rb") as f:
+        with storage.open_read(args.input) as f:
             lines = read_lines(f, args.input)
     else:
         lines = read_lines(sys.stdin.buffer, "<stdin>")
@@ -63,7 +64,7 @@ def run(args: argparse.Namespace, cfg) -> int:
         align_layer=args.align_layer,
     )
     text = "".join(o + "\n" for o in outputs)
-    if args.output:  # written whole, then renamed: never a half-written file
+    if args.output:  # written whole (tx.storage): never a half-written file or object
         storage.write_text(args.output, text)
     else:
         sys.stdout.write(text)

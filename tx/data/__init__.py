@@ -2,6 +2,7 @@
 
     settings.py      the config's `data` section: fields, defaults, checks (tx.config's layer)
     sources.py       TFDS WMT, plain text files, the demo corpus, treebanks: sentence pairs
+    external.py      TFDS in a bucket (a local mirror), sacreBLEU's copies of the test sets
     demo_corpus.py   the built-in offline corpus (synthetic, generated)
     trees.py         Penn Treebank trees, their linearization for parsing as translation
     tokenizer.py     SentencePiece: train, load, encode, the run's vocabulary check

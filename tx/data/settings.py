@@ -21,6 +21,11 @@ def defaults() -> dict[str, dict]:
         train_prefix="",  # text: <prefix>.<lang> files, one sentence per line; trees: a glob
         dev_prefix="",
         test_prefix="",
+        # text: the dev / test files must be these sacreBLEU test sets (the sha256 of source and
+        # reference are compared with sacreBLEU's files), e.g. "wmt13" and "wmt14/full" for the
+        # paper's newstest2013 and newstest2014 (docs/data.md, "WMT without statmt")
+        sacrebleu_dev_set="",
+        sacrebleu_test_set="",
         src_lang="en",  # translation direction: EN->DE as in the paper
         tgt_lang="de",
         demo_seed=0,  # demo source: corpus generator seed
@@ -66,6 +71,12 @@ def check(c) -> None:
         )
     c.one_of("data.on_bad_line", ON_BAD_LINE)
     c.one_of("data.source", SOURCES, spelled=True)
+    for key in ("sacrebleu_dev_set", "sacrebleu_test_set"):
+        if d.get(key) and d.source != "text":
+            c.fail(
+                f"data.{key}={d[key]!r} checks text files against sacreBLEU's: it needs "
+                f"data.source='text', not {d.source!r}"
+            )
     buckets = d.bucket_lengths
     if not isinstance(buckets, (tuple, list)) or not all(
         isinstance(b, int) and not isinstance(b, bool) for b in buckets

@@ -11,20 +11,27 @@ anywhere else, or a lone CR, is kept as a character. Invalid UTF-8 is an error n
 the line and the byte offset, unless training text is read with `data.on_bad_line="skip"`: then
 the pair is left out, and the pairs left out are counted in the log. Dev and test text has no
 such option: scores on a test set with sentences missing are not comparable.
+
+Any path may be local or in a bucket (gs://, s3://; read through tx.storage). A bucket's source
+object is read whole once per version: its sha256 and line count are recorded beside the run's
+token caches (`records`, keyed by the object's version and size) and reused by every later load,
+so that the processes of a pod do not each read the training text at every start. A
+`tfds_data_dir` in a bucket and the sacreBLEU check of dev and test files: tx.data.external.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-import glob
 import hashlib
+import json
 import logging
-import os
 from collections.abc import Callable, Iterable, Iterator
 
 import ml_collections
 
-from tx.data import demo_corpus
+from tx import storage
+from tx.data import demo_corpus, external
 from tx.data import trees as parsing
 from tx.data.settings import ON_BAD_LINE, SOURCES
 
@@ -39,6 +46,16 @@ UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
 
 class DataError(ValueError):
     """Input data that cannot be used as it is; the message names the file and line."""
+
+
+class NotPrepared(DataError):
+    """What a load with `build=False` found missing or damaged instead of building it: `what`
+    (e.g. "the train split", "the vocabulary"), `path` (the file, object or cache) and
+    `problem` ("is missing", ...). The message is "<what> is not prepared: <path> <problem>"."""
+
+    def __init__(self, what: str, path: str, problem: str = "is missing"):
+        self.what, self.path, self.problem = what, path, problem
+        super().__init__(f"{what} is not prepared: {path} {problem}")
 
 
 @dataclasses.dataclass
@@ -56,10 +73,26 @@ class ParallelText:
         return self.pairs()
 
 
-def load_split(data: ml_collections.ConfigDict, split: str) -> ParallelText:
-    """The `split` of the source selected by `data.source`."""
+def load_split(
+    data: ml_collections.ConfigDict, split: str, records: str | None = None, build: bool = True
+) -> ParallelText:
+    """The `split` of the source selected by `data.source`.
+
+    `records`: the directory where the sha256 and line counts of a bucket's source objects are
+    recorded (tx.data.dataset gives the run's `W/data/sources`); None reads them each time.
+    `build=False`: a bucket's object without a record for its version raises NotPrepared
+    instead of being read, and sacreBLEU's test sets are not fetched (the preparing run
+    checked them; the token cache it wrote is keyed by the sha256 it checked).
+    """
     if split not in SPLITS:
         raise ValueError(f"unknown split {split!r}; choose one of {SPLITS}")
+    try:
+        return _load_split(data, split, records, build)
+    except NotPrepared as e:
+        raise NotPrepared(f"the {split} split", e.path, e.problem) from None
+
+
+def _load_split(data, split: str, records: str | None, build: bool) -> ParallelText:
     if data.source == "demo":
         return demo_split(data, split)
     if data.source == "text":
@@ -68,11 +101,22 @@ def load_split(data: ml_collections.ConfigDict, split: str) -> ParallelText:
             raise DataError(f"data.{split}_prefix is not set (needed for data.source='text')")
         # Only training text may skip bad lines (None: no choice): dev and test are scored whole.
         on_bad_line = data.get("on_bad_line", "error") if split == "train" else None
-        return text_split(prefix[split], data.src_lang, data.tgt_lang, on_bad_line)
+        text = text_split(
+            prefix[split], data.src_lang, data.tgt_lang, on_bad_line, records=records, build=build
+        )
+        key = f"sacrebleu_{split}_set"
+        if build and data.get(key):  # dev or test: the files are sacreBLEU's test set
+            pair = f"{data.src_lang}-{data.tgt_lang}"
+            problem = external.sacrebleu_mismatch(
+                text.provenance["files_sha256"], data[key], pair, key
+            )
+            if problem:
+                raise DataError(problem)
+        return text
     if data.source == "tfds":
         return tfds_split(data.tfds_name, split, data.src_lang, data.tgt_lang, data.tfds_data_dir)
     if data.source == "trees":
-        return tree_split(_tree_pattern(data, split))
+        return tree_split(_tree_pattern(data, split), records=records, build=build)
     *rest, last = map(repr, SOURCES)
     raise DataError(f"data.source must be {', '.join(rest)} or {last}, got {data.source!r}")
 
@@ -87,34 +131,39 @@ def demo_split(data: ml_collections.ConfigDict, split: str) -> ParallelText:
 
 
 def text_split(
-    prefix: str, src_lang: str, tgt_lang: str, on_bad_line: str | None = "error"
+    prefix: str,
+    src_lang: str,
+    tgt_lang: str,
+    on_bad_line: str | None = "error",
+    records: str | None = None,
+    build: bool = True,
 ) -> ParallelText:
     """`<prefix>.<src_lang>` and `<prefix>.<tgt_lang>`: one sentence per line, aligned.
 
     Line counts are checked before anything is read further; see the module docstring for
     line ends, byte order marks and `on_bad_line` ("error", "skip", or None: an error, and
-    skipping is not offered).
+    skipping is not offered), and `scan` for `records` and `build`.
     """
     if on_bad_line not in (*ON_BAD_LINE, None):
         raise DataError(f"data.on_bad_line must be one of {ON_BAD_LINE}, got {on_bad_line!r}")
     src_path, tgt_path = f"{prefix}.{src_lang}", f"{prefix}.{tgt_lang}"
+    scans = {}
     for path in (src_path, tgt_path):
-        if not os.path.isfile(path):
+        if not storage.isfile(path):
             raise DataError(f"data file not found: {path}")
-        with open(path, "rb") as f:  # before counting lines: UTF-16 has other line ends
-            _check_not_utf16(f.read(2), path)
-    n_src, n_tgt = _count_lines(src_path), _count_lines(tgt_path)
+        scans[path] = scan(path, records, build)
+    n_src, n_tgt = scans[src_path]["lines"], scans[tgt_path]["lines"]
     if n_src != n_tgt:
         raise DataError(f"line counts differ: {src_path} has {n_src} lines, {tgt_path} has {n_tgt}")
     if n_src == 0:
         raise DataError(f"{src_path} and {tgt_path} are empty")
-    files = {path: file_sha256(path) for path in (src_path, tgt_path)}
+    files = {path: scans[path]["sha256"] for path in (src_path, tgt_path)}
     digest = "".join(files.values())
     # Skipping changes which pairs a cache holds: it must not share one with "error".
     fingerprint = _sha(digest + (":skip-bad-lines" if on_bad_line == "skip" else ""))
 
     def pairs():
-        with open(src_path, "rb") as s, open(tgt_path, "rb") as t:
+        with storage.open_read(src_path) as s, storage.open_read(tgt_path) as t:
             yield from _aligned(decoded_lines(s, src_path), decoded_lines(t, tgt_path), on_bad_line)
 
     provenance = {"files_sha256": files, "on_bad_line": on_bad_line}
@@ -131,11 +180,11 @@ def _tree_pattern(data: ml_collections.ConfigDict, split: str) -> str:
 
 
 def tree_paths(pattern: str) -> list[str]:
-    """The files a treebank pattern (a glob, or several separated by commas) names: each
-    glob's matches in sorted order (WSJ's 02/wsj_0200.mrg, 02/wsj_0201.mrg, ...)."""
+    """The files a treebank pattern (a glob, or several separated by commas; local or in a
+    bucket) names: each glob's matches in sorted order (WSJ's 02/wsj_0200.mrg, ...)."""
     paths = []
     for part in pattern.split(","):
-        matches = sorted(p for p in glob.glob(part.strip()) if os.path.isfile(p))
+        matches = storage.glob_files(part.strip())
         if not matches:
             raise DataError(f"no treebank file matches {part.strip()}")
         paths += [p for p in matches if p not in paths]
@@ -156,11 +205,11 @@ def read_treebank(pattern: str) -> list[parsing.Tree]:
     return trees
 
 
-def tree_split(pattern: str) -> ParallelText:
+def tree_split(pattern: str, records: str | None = None, build: bool = True) -> ParallelText:
     """Parsing as translation (the paper's Table 4): bracketed trees as (words, linearized
-    tree) pairs, with tx.data.trees's linearization."""
+    tree) pairs, with tx.data.trees's linearization (`records`, `build`: see `scan`)."""
     paths = tree_paths(pattern)
-    files = {path: file_sha256(path) for path in paths}
+    files = {path: scan(path, records, build)["sha256"] for path in paths}
     fingerprint = _sha(f"linearize-v{parsing.FORMAT}" + "".join(files.values()))
 
     def pairs():
@@ -248,31 +297,59 @@ def read_lines(f: Iterable[bytes], name: str) -> list[str]:
     return lines
 
 
-def _count_lines(path: str) -> int:
-    """Lines as `decoded_lines` reads them: a last line without LF counts, a BOM is no text."""
-    n, last = 0, b"\n"
-    with open(path, "rb") as f:
-        if f.read(len(UTF8_BOM)) != UTF8_BOM:
-            f.seek(0)
-        while chunk := f.read(1 << 20):
+def scan(path: str, records: str | None = None, build: bool = True) -> dict:
+    """{"sha256": hex, "lines": n} of a source file, read once: the UTF-16 check, the lines
+    as `decoded_lines` reads them (a last line without LF counts, a leading BOM is no text)
+    and the sha256 of its bytes.
+
+    A bucket's object with `records` (a directory) is read once per version: the result is
+    recorded there, keyed by the object's path, version (GCS generation, S3 ETag) and size,
+    and reused while they hold. `build=False` raises NotPrepared for an object without such a
+    record instead of reading it. Local files are read each time, as are objects without
+    `records`.
+    """
+    if records is None or not storage.is_remote(path):
+        return _scan(path)
+    record = storage.join(records, hashlib.sha256(path.encode()).hexdigest()[:32] + ".json")
+    version, size = storage.version(path), storage.size(path)
+    key = {"path": path, "version": version, "bytes": size}
+    with contextlib.suppress(FileNotFoundError, ValueError, TypeError):
+        saved = json.loads(storage.read_text(record))
+        if {k: saved.get(k) for k in key} == key:
+            return {"sha256": saved["sha256"], "lines": saved["lines"]}
+    if not build:
+        raise NotPrepared("the data", path, f"(version {version}) has no record in {records}")
+    result = _scan(path)
+    if storage.version(path) == version:  # not replaced while it was read
+        storage.write_text(record, json.dumps(key | result, indent=2))
+    return result
+
+
+def _scan(path: str) -> dict:
+    h, n, last = hashlib.sha256(), 0, b"\n"
+    with storage.open_read(path) as f:
+        first = f.read(1 << 23)
+        _check_not_utf16(first, path)  # before counting lines: UTF-16 has other line ends
+        h.update(first)
+        chunk = first.removeprefix(UTF8_BOM)
+        while chunk:
             n += chunk.count(b"\n")
             last = chunk[-1:]
-    return n + (last != b"\n")  # a last line without a newline still counts
+            chunk = f.read(1 << 23)
+            h.update(chunk)
+    return {"sha256": h.hexdigest(), "lines": n + (last != b"\n")}
 
 
 def file_sha256(path: str) -> str:
-    """The hex sha256 of a file's bytes, read in blocks (source files, the token cache's)."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(1 << 23):
-            h.update(block)
-    return h.hexdigest()
+    """The hex sha256 of a file's or object's bytes, read in blocks (the token cache's)."""
+    return storage.sha256(path)
 
 
 def tfds_split(
     name: str, split: str, src_lang: str, tgt_lang: str, data_dir: str | None = None
 ) -> ParallelText:
-    """A TFDS translation dataset, e.g. "wmt14_translate/de-en" (downloaded on first use)."""
+    """A TFDS translation dataset, e.g. "wmt14_translate/de-en" (downloaded on first use;
+    `data_dir` local or in a bucket: tx.data.external)."""
     import tensorflow_datasets as tfds
 
     pair = name.split("/")[-1].split("-")
@@ -286,7 +363,7 @@ def tfds_split(
 
     def pairs():
         try:
-            ds = tfds.load(name, split=tfds_split_name, data_dir=data_dir, shuffle_files=False)
+            ds = external.tfds_load(name, tfds_split_name, data_dir)
         except Exception as e:  # noqa: BLE001 - TFDS raises many kinds; say which dataset failed
             raise DataError(
                 f"cannot load TFDS dataset {name!r} split {tfds_split_name!r}: {e}"
@@ -295,18 +372,9 @@ def tfds_split(
             yield ex[src_lang].decode("utf-8").strip(), ex[tgt_lang].decode("utf-8").strip()
 
     # TFDS data is versioned and immutable: its name, split and version identify the content.
-    version = _tfds_version(name, data_dir)
+    version = external.tfds_version(name, data_dir)
     provenance = {"tfds": name, "tfds_split": tfds_split_name, "tfds_version": version}
     return ParallelText(key, _sha(f"{key}:{version}"), pairs, provenance)
-
-
-def _tfds_version(name: str, data_dir: str | None) -> str:
-    import tensorflow_datasets as tfds
-
-    try:
-        return str(tfds.builder(name, data_dir=data_dir).version)
-    except Exception:  # noqa: BLE001 - an unknown version only weakens the cache key
-        return "unknown"
 
 
 def _sha(text: str) -> str:

@@ -4,11 +4,19 @@ A cached split is a directory of four .npy files (memory-mapped on load):
   src_ids / tgt_ids: int32 [total tokens], every sentence's ids (ending in EOS) concatenated;
   src_offsets / tgt_offsets: int64 [n + 1], sentence i is ids[offsets[i]:offsets[i + 1]].
 The directory name holds the source's fingerprint and the vocabulary's, so a changed file or
-vocabulary never reuses stale ids. Directories are written under a temporary name and renamed,
-with a manifest (each file's size and sha256) written last: a cache that is damaged on disk
-(cut short, zeroed, replaced) is rebuilt with a warning naming it, and temporary directories
-left by a writer that died are removed. A cache written before manifests existed is checked
-for consistency (offsets against ids) and adopted.
+vocabulary never reuses stale ids. A manifest (each file's size and sha256) is written last:
+a cache that is damaged (cut short, zeroed, replaced) is rebuilt with a warning naming it.
+
+Locally a cache is written under a temporary name and renamed; temporary directories left by a
+writer that died are removed, and a cache written before manifests existed is checked for
+consistency (offsets against ids) and adopted. A bucket has no rename: the four files are
+written at their final names and the manifest after them, so a prefix without a manifest is
+one whose writer did not finish; it is never read, and rebuilt. Its files are memory-mapped
+from copies in the local cache (tx.storage.local_copy, one per object version); a copy whose
+sha256 matched the manifest is marked so (`<copy>.verified`), and later loads of the same
+object version check its size only, not gigabytes of sha256 at every start.
+
+`build=False` never tokenizes: a missing, incomplete or damaged cache raises NotPrepared.
 """
 
 from __future__ import annotations
@@ -27,12 +35,14 @@ import time
 
 import numpy as np
 
-from tx.data.sources import ParallelText, file_sha256
+from tx import storage
+from tx.data.sources import NotPrepared, ParallelText, file_sha256
 from tx.data.tokenizer import Tokenizer
 
 CHUNK = 20_000  # sentence pairs per worker task
 FILES = ("src_ids", "src_offsets", "tgt_ids", "tgt_offsets")
 MANIFEST = "manifest.json"
+INCOMPLETE = f"no {MANIFEST}: its writer did not finish"
 # A temporary directory this old was left by a writer that died (writing takes minutes at most).
 STALE_TMP_SECS = 24 * 3600
 
@@ -67,21 +77,36 @@ class TokenizedSplit:
 
 
 def tokenized(
-    text: ParallelText, tokenizer: Tokenizer, cache_dir: str, num_workers: int = 0
+    text: ParallelText,
+    tokenizer: Tokenizer,
+    cache_dir: str,
+    num_workers: int = 0,
+    build: bool = True,
+    name: str | None = None,
 ) -> TokenizedSplit:
-    """The cached ids of `text`, tokenizing (in `num_workers` processes) on first use."""
-    path = os.path.join(cache_dir, f"{text.fingerprint}-{tokenizer.fingerprint[:16]}")
-    if os.path.isdir(path):
+    """The cached ids of `text` under `cache_dir` (a directory or a bucket's prefix),
+    tokenizing (in `num_workers` processes) on first use. `build=False` raises NotPrepared
+    (naming `name`, default the text's name, and the cache's path) instead of tokenizing."""
+    path = storage.join(cache_dir, f"{text.fingerprint}-{tokenizer.fingerprint[:16]}")
+    damage = ""
+    if storage.isdir(path):
         split, damage = _load_checked(path)
         if split is not None:
             return _with_source(split, text)
-        logging.warning("token cache %s is damaged (%s): rebuilding it", path, damage)
-        shutil.rmtree(path, ignore_errors=True)
-    os.makedirs(cache_dir, exist_ok=True)
-    _remove_stale_tmp(cache_dir)
+    if not build:
+        problem = f"is {'incomplete' if damage == INCOMPLETE else 'damaged'} ({damage})"
+        raise NotPrepared(name or text.name, path, problem if damage else "is missing")
+    if damage:
+        state = "incomplete" if damage == INCOMPLETE else "damaged"
+        logging.warning("token cache %s is %s (%s): rebuilding it", path, state, damage)
+        storage.rmtree(path)
+    storage.makedirs(cache_dir)
+    if not storage.is_remote(cache_dir):
+        _remove_stale_tmp(cache_dir)
     workers = num_workers or os.cpu_count() or 1
     logging.info("tokenizing %s with %d process(es) into %s", text.name, workers, path)
-    _write(path, _encode_all(text, tokenizer, workers))
+    results = _encode_all(text, tokenizer, workers)
+    (_write_remote if storage.is_remote(path) else _write)(path, results)
     return _with_source(_load(path), text)
 
 
@@ -96,7 +121,9 @@ def _encode_all(text: ParallelText, tokenizer: Tokenizer, workers: int):
         return [_encode_chunk_with(tokenizer, c) for c in chunks]
     # spawn, not fork: the parent may already run JAX or TensorFlow threads.
     ctx = multiprocessing.get_context("spawn")
-    with ctx.Pool(workers, initializer=_init_worker, initargs=(tokenizer.path,)) as pool:
+    # The model's bytes, not its path: the workers read nothing (a bucket's object included).
+    initargs = (tokenizer.path, tokenizer.model_bytes)
+    with ctx.Pool(workers, initializer=_init_worker, initargs=initargs) as pool:
         return list(pool.imap(_encode_chunk, chunks))
 
 
@@ -108,9 +135,9 @@ def _chunked(it, n):
 _WORKER_TOKENIZER: Tokenizer | None = None
 
 
-def _init_worker(model_path: str) -> None:
+def _init_worker(model_path: str, model_bytes: bytes) -> None:
     global _WORKER_TOKENIZER
-    _WORKER_TOKENIZER = Tokenizer(model_path)
+    _WORKER_TOKENIZER = Tokenizer(model_path, model_bytes)
 
 
 def _encode_chunk(chunk):
@@ -130,17 +157,22 @@ def _flatten(seqs: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
     return flat, lengths
 
 
+def _save_arrays(directory: str, results) -> None:
+    for name, k in (("src", 0), ("tgt", 2)):
+        ids = np.concatenate([r[k] for r in results] or [np.zeros(0, np.int32)])
+        lengths = np.concatenate([r[k + 1] for r in results] or [np.zeros(0, np.int64)])
+        offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+        np.save(os.path.join(directory, f"{name}_ids.npy"), ids)
+        np.save(os.path.join(directory, f"{name}_offsets.npy"), offsets)
+
+
 def _write(path: str, results) -> None:
+    """Locally: a temporary directory beside `path`, renamed into place once whole."""
     # The writer's host and pid in the name: its leftovers are known as such once it is gone.
     prefix = f".tmp-{socket.gethostname()}-{os.getpid()}-"
     tmp = tempfile.mkdtemp(dir=os.path.dirname(path), prefix=prefix)
     try:
-        for name, k in (("src", 0), ("tgt", 2)):
-            ids = np.concatenate([r[k] for r in results] or [np.zeros(0, np.int32)])
-            lengths = np.concatenate([r[k + 1] for r in results] or [np.zeros(0, np.int64)])
-            offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-            np.save(os.path.join(tmp, f"{name}_ids.npy"), ids)
-            np.save(os.path.join(tmp, f"{name}_offsets.npy"), offsets)
+        _save_arrays(tmp, results)
         _write_manifest(tmp)  # last: a directory with a manifest was written whole
         os.rename(tmp, path)
     except BaseException:
@@ -149,48 +181,91 @@ def _write(path: str, results) -> None:
             raise
 
 
+def _write_remote(path: str, results) -> None:
+    """On a bucket, which has no rename: each file written whole at its final name (from a
+    local temporary directory), then the manifest, last."""
+    os.makedirs(storage.cache_dir(), exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=storage.cache_dir(), prefix=".token-cache-") as tmp:
+        _save_arrays(tmp, results)
+        entries = _manifest_entries(tmp)
+        for name in FILES:
+            with open(os.path.join(tmp, f"{name}.npy"), "rb") as f:
+                storage.write_bytes(storage.join(path, f"{name}.npy"), f.read())
+        storage.write_text(storage.join(path, MANIFEST), json.dumps(entries, indent=2))
+
+
 def _load(path: str) -> TokenizedSplit:
-    arrays = {name: np.load(os.path.join(path, f"{name}.npy"), mmap_mode="r") for name in FILES}
-    return TokenizedSplit(**arrays)
+    return _load_files({n: storage.local_copy(storage.join(path, f"{n}.npy")) for n in FILES})
+
+
+def _load_files(files: dict[str, str]) -> TokenizedSplit:
+    return TokenizedSplit(**{name: np.load(files[name], mmap_mode="r") for name in FILES})
+
+
+def _manifest_entries(directory: str) -> dict:
+    entries = {}
+    for name in FILES:
+        file = os.path.join(directory, f"{name}.npy")
+        entries[name] = {"bytes": os.path.getsize(file), "sha256": file_sha256(file)}
+    return entries
 
 
 def _write_manifest(path: str) -> None:
-    entries = {}
-    for name in FILES:
-        file = os.path.join(path, f"{name}.npy")
-        entries[name] = {"bytes": os.path.getsize(file), "sha256": file_sha256(file)}
-    with open(os.path.join(path, MANIFEST), "w") as f:
-        json.dump(entries, f, indent=2)
-        f.flush()
-        os.fsync(f.fileno())
+    storage.write_text(os.path.join(path, MANIFEST), json.dumps(_manifest_entries(path), indent=2))
 
 
 def _load_checked(path: str) -> tuple[TokenizedSplit | None, str]:
-    """The split at `path` if its files are whole, else (None, what is wrong)."""
-    manifest = os.path.join(path, MANIFEST)
-    if os.path.exists(manifest):
+    """The split at `path` if its files are whole, else (None, what is wrong). A bucket's
+    read failing (other than a missing object) is raised, not taken for damage."""
+    remote = storage.is_remote(path)
+    manifest = storage.join(path, MANIFEST)
+    files = {name: storage.join(path, f"{name}.npy") for name in FILES}
+    has_manifest = storage.exists(manifest)
+    if has_manifest:
         try:
-            with open(manifest) as f:
-                entries = json.load(f)
+            entries = json.loads(storage.read_text(manifest))
             for name in FILES:
-                file = os.path.join(path, f"{name}.npy")
-                if not os.path.exists(file):
+                try:
+                    files[name] = storage.local_copy(files[name])
+                    whole = _matches(files[name], entries[name], remote)
+                except FileNotFoundError:
                     return None, f"{name}.npy is missing"
-                if os.path.getsize(file) != entries[name]["bytes"] or (
-                    file_sha256(file) != entries[name]["sha256"]
-                ):
+                if not whole:
                     return None, f"{name}.npy differs from its manifest"
-        except (OSError, ValueError, KeyError, TypeError) as e:
+        except (ValueError, KeyError, TypeError) as e:
             return None, f"{MANIFEST} is unreadable ({e})"
+        except OSError as e:
+            if remote:
+                raise
+            return None, f"{MANIFEST} is unreadable ({e})"
+    elif remote:
+        return None, INCOMPLETE
     try:
-        split = _load(path)
+        split = _load_files(files)
         _check_consistent(split)
     except (OSError, ValueError) as e:
         return None, str(e)
-    if not os.path.exists(manifest):  # written before manifests: consistent, so adopt it
+    if not has_manifest:  # written before manifests (locally): consistent, so adopt it
         with contextlib.suppress(OSError):
             _write_manifest(path)
     return split, ""
+
+
+def _matches(file: str, entry: dict, remote: bool) -> bool:
+    """Whether a local file has the manifest entry's size and sha256. A bucket's object's
+    copy (named by the object's version) is hashed once: `<copy>.verified` then holds the
+    sha256 it matched, and only the size is compared again."""
+    if os.path.getsize(file) != entry["bytes"]:
+        return False
+    marker = file + ".verified"
+    if remote and os.path.exists(marker) and storage.read_text(marker) == entry["sha256"]:
+        return True
+    if file_sha256(file) != entry["sha256"]:
+        return False
+    if remote:
+        with contextlib.suppress(OSError):  # only saves hashing it again
+            storage.write_text(marker, entry["sha256"])
+    return True
 
 
 def _check_consistent(split: TokenizedSplit) -> None:

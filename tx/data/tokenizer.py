@@ -26,11 +26,14 @@ class VocabularyError(ValueError):
 class Tokenizer:
     """Encodes text to ids ending in EOS, and decodes ids back to detokenized text."""
 
-    def __init__(self, model_path: str):
-        if not os.path.exists(model_path):
-            raise FileNotFoundError(f"SentencePiece model not found: {model_path}")
-        with open(model_path, "rb") as f:
-            self.model_bytes = f.read()
+    def __init__(self, model_path: str, model_bytes: bytes | None = None):
+        """`model_path`: a local file or a bucket's object, read whole (SentencePiece parses
+        the model from bytes), unless `model_bytes` gives its content already read."""
+        if model_bytes is None:
+            if not storage.exists(model_path):
+                raise FileNotFoundError(f"SentencePiece model not found: {model_path}")
+            model_bytes = storage.read_bytes(model_path)
+        self.model_bytes = model_bytes
         self.path = model_path
         try:
             self.sp = spm.SentencePieceProcessor(model_proto=self.model_bytes)
@@ -89,7 +92,8 @@ def train_tokenizer(
 
     Sentences are reservoir-sampled down to `sample_size` (the paper's 37k BPE was learned on
     the whole WMT corpus; a few million sentences give the same vocabulary in practice). The
-    model is written atomically to `path`, which is returned.
+    model is trained in a local temporary directory and written whole to `path` (a file or a
+    bucket's object), which is returned.
 
     `normalization` is SentencePiece's normalization_rule_name: "identity" keeps every character,
     so `decode(encode(s)) == s` for any line the sources give (stripped, single-spaced) whose
@@ -99,9 +103,7 @@ def train_tokenizer(
     vocabulary's own training.
     """
     reservoir = _reservoir_sample(sentences, sample_size, seed)
-    model_dir = os.path.dirname(os.path.abspath(path))
-    os.makedirs(model_dir, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=model_dir) as tmp:
+    with tempfile.TemporaryDirectory(prefix="tx-spm-") as tmp:
         prefix = os.path.join(tmp, "spm")
         try:
             spm.SentencePieceTrainer.train(
@@ -132,7 +134,8 @@ def train_tokenizer(
             raise VocabularyError(
                 f"SentencePiece training failed for data.vocab_size={vocab_size}: {e}"
             ) from e
-        os.replace(prefix + ".model", path)
+        with open(prefix + ".model", "rb") as f:
+            storage.write_bytes(path, f.read())
     return path
 
 
@@ -155,9 +158,8 @@ def check_vocabulary(workdir: str, tokenizer) -> None:
     """The vocabulary a workdir's checkpoints were trained with must be the one loaded now;
     the first run records it."""
     path = wd.vocab_hash_file(workdir)
-    if os.path.exists(path):
-        with open(path) as f:
-            saved = f.read().strip()
+    if storage.exists(path):
+        saved = storage.read_text(path).strip()
         if saved != tokenizer.fingerprint:
             raise VocabularyError(
                 f"{tokenizer.path} (sha256 {tokenizer.fingerprint[:12]}) is not the vocabulary "
@@ -172,13 +174,11 @@ def run_tokenizer(workdir: str) -> Tokenizer:
     recorded: the checkpoints only make sense with that exact vocabulary, so a damaged or
     replaced one is refused, naming the file (it cannot be rebuilt)."""
     path, recorded = wd.vocab_file(workdir), wd.vocab_hash_file(workdir)
-    if not os.path.exists(path):
+    if not storage.exists(path):
         raise VocabularyError(f"{path} is missing: the run's vocabulary cannot be rebuilt")
-    if os.path.exists(recorded):
-        with open(recorded) as f:
-            want = f.read().strip()
-        with open(path, "rb") as f:
-            have = hashlib.sha256(f.read()).hexdigest()
+    if storage.exists(recorded):
+        want = storage.read_text(recorded).strip()
+        have = storage.sha256(path)
         if have != want:
             raise VocabularyError(
                 f"{path} is damaged or replaced: its sha256 {have[:12]} is not the {want[:12]} "

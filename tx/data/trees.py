@@ -50,6 +50,8 @@ import os
 import re
 from collections.abc import Iterable, Iterator, Sequence
 
+from tx import storage
+
 FORMAT = 1  # version of the linearization: part of a treebank's token-cache key
 SLOT = "XX"  # the word slot of a linearized tree (Vinyals et al.'s normalized POS tag)
 ROOT_WRAPPERS = frozenset({"", "ROOT", "TOP"})
@@ -181,12 +183,13 @@ def read_trees(paths: str | Iterable[str]) -> list[Tree]:
     """Normalized trees from one file or several (e.g. the .mrg files of WSJ sections 02-21)."""
     trees: list[Tree] = []
     for path in [paths] if isinstance(paths, str) else paths:
-        with open(path, encoding="utf-8") as f:
-            for i, raw in enumerate(parse_trees(f.read())):
-                tree = normalize(raw)
-                if tree is None:  # dropping it would shift every later sentence
-                    raise ValueError(f"{path}: tree {i} has no words besides -NONE-")
-                trees.append(tree)
+        # Local or in a bucket; line ends as text mode reads them (CRLF and CR become LF).
+        text = storage.read_text(path).replace("\r\n", "\n").replace("\r", "\n")
+        for i, raw in enumerate(parse_trees(text)):
+            tree = normalize(raw)
+            if tree is None:  # dropping it would shift every later sentence
+                raise ValueError(f"{path}: tree {i} has no words besides -NONE-")
+            trees.append(tree)
     return trees
 
 

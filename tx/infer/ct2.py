@@ -40,6 +40,7 @@ from collections import defaultdict
 import ml_collections
 import numpy as np
 
+from tx import storage
 from tx.data.tokenizer import Tokenizer
 from tx.infer.export import CONFIG_FILE, EXPORT_FILE, VOCAB_FILE
 from tx.infer.safeguards import max_output_length
@@ -69,21 +70,23 @@ class CT2Model:
 
 
 def load(model_dir: str, device: str = "cpu", compute_type: str = "default", threads: int = 0):
-    """Opens an export. `threads` = 0 lets CTranslate2 choose (one per core)."""
+    """Opens an export (a directory, or a bucket's prefix: CTranslate2 reads a local copy).
+    `threads` = 0 lets CTranslate2 choose (one per core)."""
     import ctranslate2
 
-    if not os.path.isfile(os.path.join(model_dir, EXPORT_FILE)):
+    if not storage.isfile(storage.join(model_dir, EXPORT_FILE)):  # written last: complete
         raise EngineError(
             f"--model {model_dir} is not a tx export (no {EXPORT_FILE}): write one with "
             "`python -m tx export --workdir W --format ctranslate2 --out DIR`"
         )
-    with open(os.path.join(model_dir, EXPORT_FILE)) as f:
+    local = storage.local_tree(model_dir)
+    with open(os.path.join(local, EXPORT_FILE)) as f:
         record = json.load(f)
-    with open(os.path.join(model_dir, CONFIG_FILE)) as f:
+    with open(os.path.join(local, CONFIG_FILE)) as f:
         cfg = ml_collections.ConfigDict(json.load(f))
-    tokenizer = Tokenizer(os.path.join(model_dir, VOCAB_FILE))
+    tokenizer = Tokenizer(os.path.join(local, VOCAB_FILE))
     translator = ctranslate2.Translator(
-        model_dir, device=device, compute_type=compute_type, intra_threads=threads
+        local, device=device, compute_type=compute_type, intra_threads=threads
     )
     sp = tokenizer.sp
     return CT2Model(

@@ -26,7 +26,9 @@ How tx's Transformer maps onto CTranslate2's TransformerSpec (ctranslate2.specs)
                             NEVER_LOGIT on their rows does the same for any CTranslate2 user.
 Configs CTranslate2 cannot express are refused (ExportError), never exported approximately.
 The export is written to a temporary directory beside DIR and renamed: a failed export leaves
-no half model.
+no half model. DIR may be a bucket's prefix (gs://, s3://), which has no renames: the export is
+written locally, then uploaded, and it is complete once tx_export.json, uploaded last, is there
+(`_upload`).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ import tempfile
 import ml_collections
 import numpy as np
 
+from tx import storage
 from tx.config import model_config
 from tx.model.layers import sinusoidal_encoding
 from tx.model.transformer_config import ModelConfig
@@ -55,6 +58,9 @@ NEVER_LOGIT = -1.0e4
 EXPORT_FILE = "tx_export.json"
 CONFIG_FILE = "tx_config.json"
 VOCAB_FILE = "spm.model"
+# On a bucket: there from the start to the end of an upload, so that an export cut short is
+# known as one (and replaced by the next export) rather than refused as someone else's files.
+PARTIAL_FILE = "tx_export.partial"
 
 
 class ExportError(ValueError):
@@ -90,7 +96,7 @@ def export(
         "format": fmt,
         "quantization": quantization,
         "checkpoint": loaded.source,
-        "workdir": os.path.abspath(workdir),
+        "workdir": storage.absolute(workdir),
         "max_positions": int(spec.encoder.position_encodings.encodings.shape[0]),
         "vocab_sha256": tokenizer.fingerprint,
     }
@@ -229,19 +235,23 @@ def _to_numpy(params) -> dict:
 
 
 def is_export(path: str) -> bool:
-    return os.path.isfile(os.path.join(path, EXPORT_FILE))
+    return storage.isfile(storage.join(path, EXPORT_FILE))
 
 
 def _check_destination(out: str) -> None:
-    """An earlier export is replaced; anything else already at `out` is refused."""
-    if os.path.exists(out) and not is_export(out):
+    """An earlier export (or one cut short) is replaced; anything else at `out` is refused."""
+    partial = storage.exists(storage.join(out, PARTIAL_FILE))
+    if storage.exists(out) and not is_export(out) and not partial:
         raise ExportError(f"--out {out} exists and is not a tx export: choose a new directory")
 
 
 def _write_atomic(out, spec, quantization, tokenizer, cfg, record) -> None:
-    """Everything goes into a temporary directory beside `out`, which is renamed at the end."""
-    parent = os.path.dirname(os.path.abspath(out))
-    os.makedirs(parent, exist_ok=True)
+    """Everything goes into a local temporary directory (beside a local `out`), which is
+    renamed to `out` at the end, or uploaded to a bucket's `out` (`_upload`)."""
+    remote = storage.is_remote(out)
+    parent = None if remote else os.path.dirname(os.path.abspath(out))
+    if parent:
+        os.makedirs(parent, exist_ok=True)
     tmp = tempfile.mkdtemp(prefix=".export-", dir=parent)
     umask = os.umask(0)
     os.umask(umask)
@@ -249,15 +259,33 @@ def _write_atomic(out, spec, quantization, tokenizer, cfg, record) -> None:
     try:
         spec.optimize(quantization=None if quantization == "float32" else quantization)
         spec.save(tmp)
-        shutil.copyfile(tokenizer.path, os.path.join(tmp, VOCAB_FILE))
+        with open(os.path.join(tmp, VOCAB_FILE), "wb") as f:  # the run's may be an object
+            f.write(tokenizer.model_bytes)
         with open(os.path.join(tmp, CONFIG_FILE), "w") as f:
             f.write(cfg.to_json_best_effort(indent=2, sort_keys=True))
-        with open(os.path.join(tmp, EXPORT_FILE), "w") as f:
-            json.dump(record, f, indent=2)
-        _replace_dir(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        if remote:
+            _upload(tmp, out, json.dumps(record, indent=2))
+        else:
+            with open(os.path.join(tmp, EXPORT_FILE), "w") as f:
+                json.dump(record, f, indent=2)
+            _replace_dir(tmp, out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)  # nothing there once renamed to `out`
+
+
+def _upload(local: str, out: str, record: str) -> None:
+    """Puts the export in `local` at a bucket's `out`, where no directory can be renamed: the
+    export is complete once EXPORT_FILE, written last, is there. An earlier export loses its
+    EXPORT_FILE before any of its files is replaced or removed, so no reader takes a mix of
+    two; PARTIAL_FILE stays from the first write to the last (see _check_destination)."""
+    storage.write_text(storage.join(out, PARTIAL_FILE), "")
+    storage.remove(storage.join(out, EXPORT_FILE))
+    for rel in storage.walk_files(out):  # an earlier export's files
+        if rel != PARTIAL_FILE:
+            storage.remove(storage.join(out, rel))
+    storage.upload_tree(local, out)
+    storage.write_text(storage.join(out, EXPORT_FILE), record)
+    storage.remove(storage.join(out, PARTIAL_FILE))
 
 
 def _replace_dir(new: str, out: str) -> None:

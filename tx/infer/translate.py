@@ -15,13 +15,13 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
-import os
 
 import jax
 import ml_collections
 import numpy as np
 from jax.experimental import multihost_utils
 
+from tx import storage
 from tx import workdir as wd
 from tx.config import ConfigError, load_config, model_config
 from tx.data.pipeline import eval_batches
@@ -144,7 +144,7 @@ def _check_fresh(cfg: ml_collections.ConfigDict, workdir: str, averaged_step: in
     ckpt.close()
     if steps and steps[-1] > averaged_step:
         raise StaleAverage(
-            f"{os.path.join(wd.averaged_dir(workdir), str(averaged_step))} is stale: training "
+            f"{storage.join(wd.averaged_dir(workdir), str(averaged_step))} is stale: training "
             f"has written checkpoints up to step {steps[-1]} since. Average again with "
             f"`python -m tx average --workdir {workdir}` (the last {cfg.decode.average_last}), "
             "or choose one training checkpoint with --checkpoint STEP"
@@ -158,7 +158,7 @@ def _check_best_fresh(workdir: str, averaged_step: int, meta: dict) -> None:
     now = best.best_steps(scores, meta["metric"], len(meta["averaged_steps"]))
     if now != meta["averaged_steps"]:
         raise StaleAverage(
-            f"{os.path.join(wd.averaged_dir(workdir), str(averaged_step))} is stale: it averages "
+            f"{storage.join(wd.averaged_dir(workdir), str(averaged_step))} is stale: it averages "
             f"the best checkpoints by {meta['metric']} when they were {meta['averaged_steps']}; "
             f"they are now {now}. Average again with `python -m tx average --workdir {workdir} "
             "--which best`, or choose one training checkpoint with --checkpoint STEP"

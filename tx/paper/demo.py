@@ -4,11 +4,11 @@ draw one sentence's attention maps and the run's learning curves."""
 from __future__ import annotations
 
 import json
-import os
 
 import jax
 import ml_collections
 
+from tx import storage
 from tx.data.dataset import split_text
 from tx.eval.evaluate import copy_baseline
 from tx.infer.translate import translate
@@ -68,5 +68,5 @@ def draw_pictures(cfg: ml_collections.ConfigDict, workdir: str, loaded) -> list[
     out = plots_dir(workdir)
     paths = []
     if loaded.model.config.family == "transformer":  # the maps are a Transformer's layers
-        paths = attention_pictures(loaded, cfg, ATTENTION_SENTENCE, os.path.join(out, "attention"))
-    return [*paths, curves_picture([workdir], os.path.join(out, "curves.png"))]
+        paths = attention_pictures(loaded, cfg, ATTENTION_SENTENCE, storage.join(out, "attention"))
+    return [*paths, curves_picture([workdir], storage.join(out, "curves.png"))]

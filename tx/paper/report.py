@@ -1,10 +1,11 @@
 """The paper's tables from run cards: results/table<N>.md and .json, the paper's value beside
 ours in every column, rows not yet run marked so (`python -m tx reproduce --report`).
 
-Each row's card is read from its workdir and kept beside the table, in
-results/cards/table<N>[-scale]/<row>.json; where the workdir is gone (a fresh clone), the kept
-card is read. So the committed tables are re-derived byte for byte from the committed cards,
-and every row names the commit, packages and hardware it was trained with. The report says
+Each row's card is read from its workdir (a directory or a bucket's prefix, tx.storage) and
+kept beside the table, in results/cards/table<N>[-scale]/<row>.json; where the workdir is gone
+(a fresh clone), the kept card is read. So the committed tables are re-derived byte for byte
+from the committed cards, and every row names the commit, packages and hardware it was
+trained with. The report says
 when rows come from several commits, and when the code that decides a row's numbers
 (CODE_PATHS) changed after the commit that trained it.
 """
@@ -34,16 +35,15 @@ def stem(table: int, scale) -> str:
 
 
 def card_copy(table: int, row: Row, scale, results_dir: str) -> str:
-    return os.path.join(results_dir, "cards", stem(table, scale), f"{row.name}.json")
+    return storage.join(results_dir, "cards", stem(table, scale), f"{row.name}.json")
 
 
 def committed_card(table: int, row: Row, scale, results_dir: str | None = None) -> dict | None:
     """The copy of the row's card kept under results/ (None if there is none)."""
     path = card_copy(table, row, scale, results_dir or os.path.join(ROOT, "results"))
-    if not os.path.exists(path):
+    if not storage.exists(path):
         return None
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
+    return json.loads(storage.read_text(path))
 
 
 def code(card: dict) -> dict:
@@ -127,7 +127,6 @@ def report(table, rows, scale, root, results_dir="results") -> tuple[str, str]:
         card = runcard.load(workdir)
         if card is not None:  # kept beside the table: what a fresh clone reports from
             path = card_copy(table, row, scale, results_dir)
-            os.makedirs(os.path.dirname(path), exist_ok=True)
             storage.write_text(path, json.dumps(card, indent=2, sort_keys=True) + "\n")
         else:
             card = committed_card(table, row, scale, results_dir)
@@ -146,8 +145,7 @@ def report(table, rows, scale, root, results_dir="results") -> tuple[str, str]:
     if table == 3:
         _directions(entries)
     name = stem(table, scale)
-    os.makedirs(results_dir, exist_ok=True)
-    md, js = os.path.join(results_dir, name + ".md"), os.path.join(results_dir, name + ".json")
+    md, js = storage.join(results_dir, name + ".md"), storage.join(results_dir, name + ".json")
     # Dated by the cards (the last score written), not by the clock: the same cards give the
     # same bytes.
     times = [s.get("time", "") for c in cards for s in c.get("scores", {}).values()]

@@ -9,6 +9,8 @@ rows one after another with the same train / average / evaluate functions as the
 (each row in its own workdir; finished rows are skipped, interrupted ones resume), and
 `--report` writes results/table<N>.md and .json from the rows' run cards (tx.train.runcard) alone.
 `--scale mini` runs each row through configs/mini.py: the row's change on a small model.
+`--root` may be a bucket's prefix (gs://, s3://): the rows' workdirs and run cards are then
+there; the reports stay in the repository's results/.
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ import os
 
 import ml_collections
 
+from tx import storage
 from tx.config import load_config
 
 # The repository root: tx/paper/tables.py is three levels below it.
@@ -112,5 +113,6 @@ def load_row(row: Row, scale: Scale, overrides=()) -> ml_collections.ConfigDict:
 
 
 def row_workdir(root: str, table: int, row: Row, scale: Scale) -> str:
+    """The row's workdir under `root` (a directory or a bucket's prefix)."""
     suffix = "" if scale.name == "full" else f"-{scale.name}"
-    return os.path.join(root, f"table{table}{suffix}", row.name)
+    return storage.join(root, f"table{table}{suffix}", row.name)

@@ -6,6 +6,8 @@
     losses.py        label-smoothed cross-entropy, in pieces over the vocabulary
     trainer.py       the pure, jitted train and eval steps and their sharded state
     loop.py          the loop: resume, batches, steps, evaluation, checkpoints, summaries
+    prepare.py       the data prepared once before training (`tx prepare`), and the check
+                     a multi-process train makes instead of tokenizing
     checkpoint.py    Orbax checkpoints: save, restore, keep the last N and the best
     averaging.py     averaging the last N or best N checkpoints, and the store of averages
     runlock.py       one run per workdir: the lock that train and average hold

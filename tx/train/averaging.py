@@ -11,14 +11,20 @@ The store, under the workdir (paths named in tx.workdir; tx.infer reads it):
   averaged/<step>/params     parameters averaged over N training checkpoints (tx average)
   averaged/<step>/meta       {"averaged_steps": [...], "selection": "last" | "best", ...}
   averaged/.staging/<step>   an average being written; renamed into place when whole
+On a bucket there is no rename: an average is written in place, under a name of its own, and
+is complete once `averaged/index.json` ({step: name}), written last, names it:
+  averaged/<step>/ or averaged/<step>.1/   the two names an average of <step> takes in turn,
+                                           so an earlier one is never written over
+  averaged/index.json                      the complete averages; the earlier directory of a
+                                           step goes once the index names the new one
+A write that fails leaves the index, and so the earlier average, as they were.
 Which training checkpoints count for averaging, and reading them, is tx.train.checkpoint's.
 """
 
 from __future__ import annotations
 
+import json
 import logging
-import os
-import shutil
 
 import jax
 import jax.numpy as jnp
@@ -33,6 +39,7 @@ from tx.train import best, runcard, runlock, sharding
 from tx.train.checkpoint import (
     Checkpointer,
     UnreadableCheckpoint,
+    atomicity,
     averaging_steps,
     check_files,
     read_json,
@@ -41,7 +48,8 @@ from tx.train.checkpoint import (
 )
 from tx.train.distributed import barrier
 
-STAGING = ".staging"  # averaged/.staging/<step>: an average being written
+STAGING = ".staging"  # averaged/.staging/<step>: an average being written (local)
+INDEX = "index.json"  # averaged/index.json: the complete averages (bucket)
 
 
 def average(
@@ -122,7 +130,7 @@ def _average(workdir: str, chosen: list[int], abstract_params, meta: dict) -> st
     """The mean of the parameters of the checkpoints `chosen` -> averaged/<last of them>, with
     `meta` beside the steps; its path."""
     if _already_averaged(workdir, chosen, abstract_params, meta):  # `make demo` run twice
-        return os.path.join(wd.averaged_dir(workdir), str(chosen[-1]))
+        return averaged_path(workdir, chosen[-1])
     ckpt = Checkpointer(workdir, keep=None, async_save=False)
     total, unreadable = None, []
     for step in chosen:  # a running sum: memory stays at two parameter trees
@@ -164,82 +172,128 @@ def save_params(
 
     They are written whole under `averaged/.staging/` (not a step) and then renamed into
     place, so a write that fails (tx.storage.WriteFailed) leaves an earlier `averaged/<step>` as
-    it was.
+    it was. On a bucket they are written under a name no complete average has and the index,
+    written last, names them (see the module's docstring).
     """
-    final = os.path.join(wd.averaged_dir(workdir), str(step))
-    staging = os.path.join(wd.averaged_dir(workdir), STAGING)
-    if wd.is_main():  # left by an earlier attempt that failed: ours to remove
-        shutil.rmtree(os.path.join(staging, str(step)), ignore_errors=True)
-    barrier("tx-average-staging")
-    manager = ocp.CheckpointManager(
-        os.path.abspath(staging),
-        options=ocp.CheckpointManagerOptions(
-            max_to_keep=None, create=True, enable_async_checkpointing=False
-        ),
-        item_names=("params", "meta"),
+    final = storage.join(wd.averaged_dir(workdir), str(step))
+    items = ocp.args.Composite(
+        params=ocp.args.StandardSave(params),
+        meta=ocp.args.JsonSave({"averaged_steps": sources, **(meta or {})}),
     )
+    remote = storage.is_remote(workdir)
+    index = _index(workdir) if remote else {}
+    name = f"{step}.1" if index.get(step) == str(step) else str(step)
+    where = (
+        storage.join(wd.averaged_dir(workdir), name)
+        if remote
+        else storage.join(wd.averaged_dir(workdir), STAGING, str(step))
+    )
+    if wd.is_main():  # left by an earlier attempt that failed: ours to remove
+        storage.rmtree(where)
+    barrier("tx-average-staging")
+    writer = _checkpointer(where)
     try:
-        manager.save(
-            step,
-            args=ocp.args.Composite(
-                params=ocp.args.StandardSave(params),
-                meta=ocp.args.JsonSave({"averaged_steps": sources, **(meta or {})}),
-            ),
-            force=True,
-        )
-        manager.wait_until_finished()
+        writer.save(storage.absolute(where), args=items)
     except Exception as e:  # noqa: BLE001 - TensorStore reports a full disk as ValueError
         raise storage.WriteFailed(
             f"averaged checkpoint {final} was not written ({why_unreadable(e)}); "
             "any earlier one there is intact"
         ) from e
     finally:
-        manager.close()
+        writer.close()
     if wd.is_main():
-        _replace_dir(os.path.join(staging, str(step)), final)
+        if remote:
+            _publish(workdir, step, name, index)
+        else:
+            _replace_dir(where, final)
     barrier("tx-average-placed")
-    return final
+    return where if remote else final
+
+
+def _checkpointer(path: str) -> ocp.Checkpointer:
+    """Orbax's reader and writer of one average, `path` (params and meta items), with the
+    atomicity of where it is (tx.train.checkpoint.atomicity) for the average and its items."""
+    options = atomicity(path)
+    handler = ocp.CompositeCheckpointHandler(
+        composite_options=ocp.CompositeOptions(atomicity_options=options)
+    )
+    return ocp.Checkpointer(handler, atomicity_options=options)
+
+
+def _publish(workdir: str, step: int, name: str, index: dict[int, str]) -> None:
+    """Bucket: the index names `name` as the average of `step` (one object, written last),
+    then the directory it named before goes."""
+    earlier = index.get(step)
+    index = {**index, step: name}
+    text = json.dumps({str(s): n for s, n in sorted(index.items())}, indent=1) + "\n"
+    try:
+        storage.write_text(storage.join(wd.averaged_dir(workdir), INDEX), text)
+    except storage.WriteFailed as e:
+        raise storage.WriteFailed(
+            f"averaged checkpoint {storage.join(wd.averaged_dir(workdir), str(step))} was not "
+            f"written ({e}); any earlier one there is intact"
+        ) from e
+    if earlier and earlier != name:
+        storage.rmtree(storage.join(wd.averaged_dir(workdir), earlier))
+
+
+def _index(workdir: str) -> dict[int, str]:
+    """Bucket: {step: directory name} of the complete averages. An index that cannot be read
+    names none (averages are derived data: `average` writes them again), with a warning."""
+    path = storage.join(wd.averaged_dir(workdir), INDEX)
+    try:
+        index = json.loads(storage.read_text(path))
+        return {int(step): str(name) for step, name in index.items()}
+    except FileNotFoundError:
+        return {}
+    except (UnicodeDecodeError, ValueError, AttributeError, TypeError) as e:
+        logging.warning("%s is damaged (%s): no average counts until one is written", path, e)
+        return {}
 
 
 def _replace_dir(new: str, final: str) -> None:
     """Moves the directory `new` to `final`, replacing what is there (two renames: there is no
     atomic swap of non-empty directories)."""
     old = final + ".replaced"
-    shutil.rmtree(old, ignore_errors=True)
-    if os.path.exists(final):
-        os.rename(final, old)
-    os.rename(new, final)
-    shutil.rmtree(old, ignore_errors=True)
+    storage.rmtree(old)
+    if storage.exists(final):
+        storage.move_tree(final, old)
+    storage.move_tree(new, final)
+    storage.rmtree(old)
+
+
+def averaged_path(workdir: str, step: int) -> str:
+    """The directory of the average of `step` (on a bucket, the one the index names)."""
+    name = _index(workdir).get(step, str(step)) if storage.is_remote(workdir) else str(step)
+    return storage.join(wd.averaged_dir(workdir), name)
 
 
 def averaged_steps(workdir: str) -> list[int]:
+    if storage.is_remote(workdir):
+        return sorted(_index(workdir))
     path = wd.averaged_dir(workdir)
-    if not os.path.isdir(path):
+    if not storage.isdir(path):
         return []
-    manager = _manager_read(path, ("params", "meta"))
-    return sorted(manager.all_steps())
-
-
-def _manager_read(path: str, items) -> ocp.CheckpointManager:
-    return ocp.CheckpointManager(
-        os.path.abspath(path),
+    manager = ocp.CheckpointManager(
+        storage.absolute(path),
         options=ocp.CheckpointManagerOptions(create=False, read_only=True),
-        item_names=items,
+        item_names=("params", "meta"),
     )
+    return sorted(manager.all_steps())
 
 
 def averaged_meta(workdir: str, step: int) -> dict:
     """The meta item of averaged/<step> (which steps, chosen how), read without the arrays."""
-    return read_json(os.path.join(wd.averaged_dir(workdir), str(step)), "meta/metadata")
+    return read_json(averaged_path(workdir, step), "meta/metadata")
 
 
 def restore_averaged(workdir: str, step: int, abstract_params):
-    path = os.path.join(wd.averaged_dir(workdir), str(step))
+    path = averaged_path(workdir, step)
     check_files(path, {"params": "tree", "meta": "json"})
-    manager = _manager_read(wd.averaged_dir(workdir), ("params", "meta"))
+    reader = _checkpointer(path)
     with reading(path):
-        restored = manager.restore(
-            step,
+        restored = reader.restore(
+            storage.absolute(path),
             args=ocp.args.Composite(
                 params=ocp.args.StandardRestore(abstract_params), meta=ocp.args.JsonRestore()
             ),

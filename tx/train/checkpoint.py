@@ -6,7 +6,11 @@ Layout under the workdir (paths named in tx.workdir):
   checkpoints/<step>/data    the data position {"epoch": e, "batch": b} as JSON, and the
                              dev score when one was taken at that step ({"score": {metric: v}})
 Orbax writes each step under a temporary name and renames it when complete, so a run killed
-mid-save leaves the previous checkpoints intact and the partial one is ignored.
+mid-save leaves the previous checkpoints intact and the partial one is ignored. On a bucket
+(gs://, s3://), where there is no rename, a step is written in place and is complete once its
+`commit_success.txt`, written last, is there (Orbax's commit-file atomicity, which every
+manager here uses on buckets, readers included: a reader without it would list an unfinished
+step on S3).
 
 A checkpoint whose files were damaged on disk (emptied, cut short, overwritten) cannot be
 restored: every read names it and says why (`UnreadableCheckpoint`). Resuming
@@ -30,7 +34,6 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import os
 import threading
 
 import orbax.checkpoint as ocp
@@ -44,6 +47,7 @@ from orbax.checkpoint._src.futures import future as ocp_future
 
 from tx import storage
 from tx import workdir as wd
+from tx.config import ConfigError
 from tx.train import best
 from tx.train.distributed import all_true, barrier, process_lost
 
@@ -79,19 +83,19 @@ def check_files(path: str, items: dict[str, str]) -> None:
     TensorStore error. `items` maps each item to its kind: "tree" (arrays) or "json"."""
     for item, kind in items.items():
         name = "_METADATA" if kind == "tree" else "metadata"
-        metadata = read_json(path, os.path.join(item, name))
+        metadata = read_json(path, f"{item}/{name}")
         if kind == "tree" and metadata.get("use_ocdbt", False):
-            manifest = os.path.join(path, item, "manifest.ocdbt")
-            if not os.path.isfile(manifest) or os.path.getsize(manifest) == 0:
+            manifest = storage.join(path, item, "manifest.ocdbt")
+            if not storage.isfile(manifest) or storage.size(manifest) == 0:
                 raise UnreadableCheckpoint(
                     f"{path} cannot be restored ({item}/manifest.ocdbt is missing or empty)"
                 )
 
 
 def read_json(path: str, name: str) -> dict:
+    """The JSON object `name` ("item/file") of the checkpoint directory `path`."""
     try:
-        with open(os.path.join(path, name), "rb") as f:
-            value = json.loads(f.read().decode("utf-8"))
+        value = json.loads(storage.read_bytes(storage.join(path, *name.split("/"))).decode("utf-8"))
     except FileNotFoundError:
         raise UnreadableCheckpoint(f"{path} cannot be restored ({name} is missing)") from None
     except (UnicodeDecodeError, json.JSONDecodeError):
@@ -104,7 +108,7 @@ def read_json(path: str, name: str) -> dict:
 def _saved_score(path: str) -> dict:
     """The score a checkpoint's data item carries ({} if none, or if it cannot be read)."""
     try:
-        score = read_json(path, os.path.join("data", "metadata")).get(SCORE_KEY, {})
+        score = read_json(path, "data/metadata").get(SCORE_KEY, {})
     except UnreadableCheckpoint as e:
         logging.warning("%s: its dev score is not counted", e)
         return {}
@@ -115,14 +119,73 @@ def _saved_score(path: str) -> dict:
 
 def _manager(directory: str, async_save: bool = True) -> ocp.CheckpointManager:
     """Orbax keeps everything; Checkpointer._prune decides what goes."""
-    options = ocp.CheckpointManagerOptions(
-        max_to_keep=None,
-        create=True,
-        enable_async_checkpointing=async_save,
+    options = manager_options(
+        directory, max_to_keep=None, create=True, enable_async_checkpointing=async_save
     )
     return ocp.CheckpointManager(
-        os.path.abspath(directory), options=options, item_names=("state", "data")
+        storage.absolute(directory), options=options, item_names=("state", "data")
     )
+
+
+def manager_options(directory: str, **options) -> ocp.CheckpointManagerOptions:
+    """CheckpointManagerOptions for a manager of `directory` (writer or reader): on a bucket,
+    commit-file atomicity (see `atomicity`)."""
+    return ocp.CheckpointManagerOptions(atomicity_options=atomicity(directory), **options)
+
+
+def atomicity(path: str) -> ocp.options.AtomicityOptions | None:
+    """Orbax's atomicity for checkpoints under `path`: locally its default (a temporary name,
+    renamed when whole: None); on a bucket, which has no rename, a commit file written last.
+    Prepares Orbax for the bucket first (tx.storage.configure; for s3://, `_orbax_s3`)."""
+    if not storage.is_remote(path):
+        return None
+    storage.configure()
+    if path.startswith("s3://"):
+        _orbax_s3()
+    return ocp.options.AtomicityOptions(mode=ocp.options.AtomicityMode.COMMIT_FILE)
+
+
+def _orbax_s3() -> None:
+    """Lets Orbax write s3:// arrays through TensorStore's s3 driver.
+
+    Orbax 0.12.8 builds a cloud kvstore for gs:// only and takes s3://b/x for a relative local
+    path. Three of its private functions are replaced, only once an s3:// checkpoint is used
+    (gs:// and local paths never depend on this): `_normalize_path` keeps the s3:// scheme,
+    `_use_gcs_driver` takes s3:// for a cloud path, and `get_kvstore_for_gcs` gives an s3://
+    path TensorStore's s3 spec (tx.storage.s3_kvstore: endpoint and region from the standard
+    variables). This is private API of orbax-checkpoint 0.12.x; tests/test_buckets_train.py
+    (every s3 case: save, resume, average) covers it. Another Orbax without these functions
+    stops here with one line.
+    """
+    try:
+        from orbax.checkpoint._src.path import gcs_utils
+        from orbax.checkpoint._src.serialization import tensorstore_utils as tsu
+
+        if getattr(tsu, "_tx_s3", False):
+            return
+        normalize, gcs_kvstore, _ = (
+            tsu._normalize_path,  # noqa: SLF001
+            gcs_utils.get_kvstore_for_gcs,
+            tsu._use_gcs_driver,  # noqa: SLF001
+        )
+    except (ImportError, AttributeError) as e:
+        raise ConfigError(
+            f"s3:// checkpoints rely on internals of orbax-checkpoint 0.12.x, which this "
+            f"orbax-checkpoint {ocp.__version__} lacks ({e}); install orbax-checkpoint==0.12.8, "
+            "or use gs:// or a local directory"
+        ) from None
+
+    def is_s3(path) -> bool:
+        return str(path).startswith("s3://")
+
+    tsu._normalize_path = lambda p: (  # noqa: SLF001
+        normalize(p).replace("s3:/", "s3://", 1) if is_s3(p) else normalize(p)
+    )
+    tsu._use_gcs_driver = lambda d: str(d).startswith(("gs://", "s3://"))  # noqa: SLF001
+    gcs_utils.get_kvstore_for_gcs = lambda p: (
+        storage.s3_kvstore(str(p)) if is_s3(p) else gcs_kvstore(p)
+    )
+    tsu._tx_s3 = True  # noqa: SLF001
 
 
 def averaging_steps(steps: list[int], every: int, final_step: int | None = None) -> list[int]:
@@ -234,7 +297,7 @@ class Checkpointer:
                 self.manager.delete(step)
 
     def path(self, step: int) -> str:
-        return os.path.join(self.directory, str(step))
+        return storage.join(self.directory, str(step))
 
     def scores(self, metric: str | None = None) -> dict[int, float]:
         """{step: value of `metric` (default best_metric)} of the checkpoints that carry one.
@@ -295,14 +358,15 @@ class Checkpointer:
         return None
 
     def _set_aside(self, step: int, why: str) -> None:
-        """Renames an unreadable checkpoint to `<step>.damaged`: kept, but no longer a step
-        (a new save of that step would otherwise collide with it)."""
+        """Moves an unreadable checkpoint to `<step>.damaged`: kept, but no longer a step (a
+        new save of that step would otherwise collide with it). Locally a rename; on a bucket
+        each object is copied and then the originals removed (tx.storage.move_tree)."""
         target = self.path(step) + DAMAGED_SUFFIX
         n = 1
-        while os.path.exists(target):  # damaged at this step before: keep both
+        while storage.isdir(target):  # damaged at this step before: keep both
             target, n = f"{self.path(step)}{DAMAGED_SUFFIX}.{n}", n + 1
         if wd.is_main():
-            os.rename(self.path(step), target)
+            storage.move_tree(self.path(step), target)
         logging.warning("%s; moved it to %s (kept, not deleted)", why, target)
         barrier(f"tx-set-aside-{step}")
         self.manager.reload()
@@ -313,8 +377,11 @@ class Checkpointer:
         item = {"params": abstract_params}
         check_files(self.path(step), {"state": "tree"})
         with reading(self.path(step)):
-            restored = ocp.PyTreeCheckpointer().restore(
-                os.path.join(os.path.abspath(self.path(step)), "state"),
+            reader = ocp.Checkpointer(
+                ocp.PyTreeCheckpointHandler(), atomicity_options=atomicity(self.directory)
+            )
+            restored = reader.restore(
+                storage.join(storage.absolute(self.path(step)), "state"),
                 args=ocp.args.PyTreeRestore(
                     item=item,
                     restore_args=ocp.checkpoint_utils.construct_restore_args(item),

@@ -2,13 +2,14 @@
 
     train(cfg, workdir) -> final metrics
 
-On start the latest checkpoint in `workdir` that can be read is restored (state and data
-position) onto the current mesh, whatever mesh wrote it; unreadable newer ones are set aside
-(tx.train.checkpoint). SIGTERM / SIGINT save a checkpoint and return; a non-finite loss raises
-`Diverged` (tx.train.monitor) naming the step, leaving earlier checkpoints intact. With
-`train.keep_best`, each dev evaluation of `train.best_metric` is saved with its checkpoint and
-training stops early after `train.early_stopping_patience` evaluations without a better one
-(tx.train.best).
+The data is prepared first (`prepare_data`: by a lone process itself; for several processes,
+by `python -m tx prepare` beforehand). Then the latest checkpoint in `workdir` that can be read
+is restored (state and data position) onto the current mesh, whatever mesh wrote it; unreadable
+newer ones are set aside (tx.train.checkpoint). SIGTERM / SIGINT save a checkpoint and return;
+a non-finite loss raises `Diverged` (tx.train.monitor) naming the step, leaving earlier
+checkpoints intact. With `train.keep_best`, each dev evaluation of `train.best_metric` is saved
+with its checkpoint and training stops early after `train.early_stopping_patience` evaluations
+without a better one (tx.train.best).
 The steps themselves are tx.train.trainer's; the paths and checks of the workdir, tx.workdir's.
 """
 
@@ -34,8 +35,9 @@ from tx.model.counting import train_flops_per_step
 from tx.train import best, runcard, runlock
 from tx.train import trainer as trainer_lib
 from tx.train.checkpoint import Checkpointer
-from tx.train.distributed import StopSignal, barrier, process_lost, sync_flags
+from tx.train.distributed import StopSignal, process_lost, sync_flags
 from tx.train.monitor import Progress, Summaries, Throughput, Window, peak_tflops
+from tx.train.prepare import check_prepared
 from tx.train.runcard import Segment
 
 
@@ -122,15 +124,19 @@ def _train(cfg: ml_collections.ConfigDict, workdir: str, progress_stream, bleu_h
         trainer.layout.data_shards * t.micro_batches,
         trainer.layout.process_rows,
     )
-    stream, counts = dataset.train_stream(cfg.data, workdir, tokenizer, spec, position)
+    build = jax.process_count() == 1  # several processes: `prepare` built it (prepare_data)
+    stream, counts = dataset.train_stream(cfg.data, workdir, tokenizer, spec, position, build)
     progress = Progress(t.num_steps, wd.is_main(), progress_stream)
     progress.message(
         f"tx: {json.dumps(counts)} | mesh {dict(trainer.mesh.shape)} | rows per step by "
         f"length {stream.rows} | start step {int(state.step)}"
     )
-    dev = dataset.split_ids(cfg.data, workdir, tokenizer, "dev") if t.eval_every_steps else None
+    dev = None
+    if t.eval_every_steps:
+        dev = dataset.split_ids(cfg.data, workdir, tokenizer, "dev", build)
     splits = {"train": (stream.split, counts)} | ({"dev": (dev, None)} if dev else {})
-    card.note(data=runcard.data_record(cfg.data, tokenizer, splits))
+    record = runcard.data_record(cfg.data, tokenizer, splits)
+    card.note(data=runcard.with_earlier_splits(card.card.get("data"), record))
     card.entry["prepare_secs"] = round(prepare_secs, 3)
     summaries = Summaries(wd.tensorboard_dir(workdir), wd.is_main())
     run = _Run(
@@ -162,14 +168,17 @@ def _train(cfg: ml_collections.ConfigDict, workdir: str, progress_stream, bleu_h
 
 
 def prepare_data(cfg: ml_collections.ConfigDict, workdir: str):
-    """Vocabulary and token caches, built once by process 0 while the others wait."""
-    if wd.is_main():
-        tokenizer = dataset.vocabulary(cfg.data, workdir)
-        dataset.split_ids(cfg.data, workdir, tokenizer, "train")
-        if cfg.train.eval_every_steps:
-            dataset.split_ids(cfg.data, workdir, tokenizer, "dev")
-    barrier("tx-prepare-data")
-    return dataset.vocabulary(cfg.data, workdir)
+    """The vocabulary and the token caches the run reads (train; dev when evaluated). One
+    process builds what is missing. Several processes build nothing, so that none tokenizes
+    while the others wait: `python -m tx prepare` has made them (tx.train.prepare), or every
+    process stops at once naming what is missing and that command."""
+    splits = ("train", "dev") if cfg.train.eval_every_steps else ("train",)
+    if jax.process_count() > 1:
+        return check_prepared(cfg, workdir, splits)
+    tokenizer = dataset.vocabulary(cfg.data, workdir)
+    for split in splits:
+        dataset.split_ids(cfg.data, workdir, tokenizer, split)
+    return tokenizer
 
 
 def _restore_or_init(trainer, ckpt: Checkpointer, seed: int):

@@ -144,11 +144,12 @@ def load(workdir: str) -> dict | None:
     bookkeeping, not the run: it is moved aside to run_card.json.damaged with a warning, and the
     run goes on with a new card."""
     path = wd.run_card_file(workdir)
-    if not os.path.exists(path):
+    try:
+        data = storage.read_bytes(path)
+    except FileNotFoundError:
         return None
     try:
-        with open(path, encoding="utf-8") as f:
-            card = json.load(f)
+        card = json.loads(data.decode("utf-8"))
         if isinstance(card, dict) and isinstance(card.get("segments", []), list):
             return card
         problem = "not a run card"
@@ -157,8 +158,12 @@ def load(workdir: str) -> dict | None:
     logging.warning(
         "%s is damaged (%s): moved to %s.damaged; a new card starts", path, problem, path
     )
-    with contextlib.suppress(OSError):
-        os.replace(path, path + ".damaged")
+    # The bytes read, written under the new name, then the card removed: one object on a
+    # bucket (which has no rename), the same on a disk. Process 0 alone: it writes the new card.
+    if jax.process_index() == 0:
+        with contextlib.suppress(OSError):
+            storage.write_bytes(path + ".damaged", data)
+            storage.remove(path)
     return None
 
 
@@ -174,7 +179,8 @@ def _save(workdir: str, card: dict) -> None:
     storage.write_text(wd.run_card_markdown(workdir), markdown(card))
 
 
-def _now() -> str:
+def now() -> str:
+    """The time now, UTC, to the second (ISO 8601), as the card records times."""
     return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
 
 
@@ -189,7 +195,7 @@ class Segment:
         # A resume from step s replaces whatever earlier segments claimed beyond s.
         card["segments"] = [_clip(s, start_step) for s in card["segments"]]
         self.entry = {
-            "started": _now(),
+            "started": now(),
             **code_version(),
             "packages": packages(),
             "hardware": hardware(),
@@ -276,10 +282,20 @@ def record(workdir: str, key: str, value) -> None:
     _save(workdir, card)
 
 
+def record_prepared(workdir: str, cfg: ml_collections.ConfigDict, data: dict, secs: float):
+    """`prepare`: the config, the data (`data_record`) and when, where and how long the data
+    was prepared."""
+    card = load(workdir) or {"format": FORMAT, "segments": []}
+    config = resolved(cfg)
+    card.update(config=config, config_hash=config_hash(config), data=data)
+    card["prepared"] = {"time": now(), "host": platform.node(), "secs": round(secs, 3)}
+    _save(workdir, card)
+
+
 def record_average(workdir: str, path: str, steps: list[int], how: dict | None = None) -> None:
     """`average`: which checkpoints went into the averaged parameters, and (`how`) how they
     were chosen when not the last ones: {"best_by": metric, "scores": {step: value}}."""
-    entry = {"path": path, "steps": list(steps), **(how or {}), "time": _now()}
+    entry = {"path": path, "steps": list(steps), **(how or {}), "time": now()}
     record(workdir, "average", entry)
 
 
@@ -288,7 +304,7 @@ def record_scores(workdir: str, split: str, scores: dict) -> None:
     many steps the run had trained when it was scored."""
     card = load(workdir) or {"format": FORMAT, "segments": []}
     trained = totals(card)["steps"]
-    card.setdefault("scores", {})[split] = {**scores, "trained_steps": trained, "time": _now()}
+    card.setdefault("scores", {})[split] = {**scores, "trained_steps": trained, "time": now()}
     _save(workdir, card)
 
 
@@ -351,6 +367,15 @@ def _data_lines(data: dict | None) -> list[str]:
         kept = f", kept {split['kept']}" if "kept" in split else ""
         lines.append(f"  - {name}: {split['pairs_read']} pairs read{kept}; {where}")
     return lines
+
+
+def with_earlier_splits(earlier: dict | None, record: dict) -> dict:
+    """`record` with the splits an `earlier` data record of the same source and vocabulary has
+    and `record` lacks (`prepare` records the test split; `train` reads only train and dev)."""
+    same = earlier and all(earlier.get(k) == record[k] for k in ("source", "vocabulary_sha256"))
+    return (
+        {**record, "splits": {**earlier.get("splits", {}), **record["splits"]}} if same else record
+    )
 
 
 def data_record(data: ml_collections.ConfigDict, tokenizer, splits: dict) -> dict:

@@ -3,17 +3,17 @@
 Event files are TFRecord files of `Event` protos; they are parsed here with TensorBoard's
 protobuf classes alone, so drawing curves neither imports TensorFlow (seconds) nor touches a
 run that is still training (the files are only read). `tf.summary.scalar` stores each value as
-a 0-d tensor; older writers used `simple_value`: both are read.
+a 0-d tensor; older writers used `simple_value`: both are read. The files are listed and read
+through tx.storage (a local workdir or a bucket's).
 """
 
 from __future__ import annotations
 
-import glob
-import os
 import struct
 
 import numpy as np
 
+from tx import storage
 from tx import workdir as wd
 
 
@@ -24,18 +24,18 @@ class NoEvents(FileNotFoundError):
 def _records(path: str):
     """The payloads of a TFRecord file (length, length CRC, data, data CRC; CRCs not checked).
 
-    A record cut short (the writer is still flushing) ends the file quietly.
+    The file is read whole, in one request on a bucket (one version of an object its writer
+    rewrites at each flush). A record cut short (the writer is still flushing) ends the file
+    quietly.
     """
-    with open(path, "rb") as f:
-        while True:
-            header = f.read(12)
-            if len(header) < 12:
-                return
-            (length,) = struct.unpack("<Q", header[:8])
-            data = f.read(length)
-            if len(data) < length or len(f.read(4)) < 4:
-                return
-            yield data
+    data, at = storage.read_bytes(path), 0
+    while at + 12 <= len(data):
+        (length,) = struct.unpack("<Q", data[at : at + 8])
+        end = at + 12 + length
+        if end + 4 > len(data):
+            return
+        yield data[at + 12 : end]
+        at = end + 4
 
 
 def _values(event) -> list[tuple[str, float]]:
@@ -58,7 +58,9 @@ def read_scalars(workdir: str) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """
     from tensorboard.compat.proto import event_pb2
 
-    files = sorted(glob.glob(os.path.join(wd.tensorboard_dir(workdir), "events.out.tfevents.*")))
+    directory = wd.tensorboard_dir(workdir)
+    names = [n for n in storage.listdir(directory) if n.startswith("events.out.tfevents.")]
+    files = [storage.join(directory, name) for name in names]
     if not files:
         raise NoEvents(f"no TensorBoard event files in {wd.tensorboard_dir(workdir)}")
     latest: dict[str, dict[int, tuple[float, float]]] = {}  # tag -> step -> (wall time, value)

@@ -11,9 +11,11 @@ Every function returns the paths it wrote; tx.viz.plots draws, this module gathe
 from __future__ import annotations
 
 import os
+import posixpath
 
 import numpy as np
 
+from tx import storage
 from tx import workdir as wd
 from tx.infer.attention_maps import sentence_maps
 from tx.model.layers import sinusoidal_encoding
@@ -73,13 +75,14 @@ def attention_pictures(loaded, cfg, text: str, out_dir: str) -> list[str]:
             "key: source sub-word",
         ),
     }
-    return [plots.save(fig, os.path.join(out_dir, name)) for name, fig in figures.items()]
+    return [plots.save(fig, storage.join(out_dir, name)) for name, fig in figures.items()]
 
 
 def run_names(workdirs: list[str]) -> list[str]:
     """Legend names: the directories' last parts, or the whole paths where those repeat."""
-    short = [os.path.basename(os.path.normpath(w)) for w in workdirs]
-    return short if len(set(short)) == len(short) else [os.path.normpath(w) for w in workdirs]
+    whole = [w.rstrip("/") if storage.is_remote(w) else os.path.normpath(w) for w in workdirs]
+    short = [posixpath.basename(w) if storage.is_remote(w) else os.path.basename(w) for w in whole]
+    return short if len(set(short)) == len(short) else whole
 
 
 def curves_picture(workdirs: list[str], out: str) -> str:

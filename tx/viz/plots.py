@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import io
 import math
-import os
 import textwrap
 
 import numpy as np
@@ -35,10 +34,10 @@ def new_figure(width: float, height: float) -> Figure:
 
 
 def save(fig: Figure, path: str) -> str:
-    """Writes `fig` to `path` as a PNG (atomically: rendered in memory, then renamed)."""
+    """Writes `fig` to `path` (a file or a bucket's object) as a PNG, whole: rendered in
+    memory, then written at once (tx.storage.write_bytes)."""
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=DPI)
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     storage.write_bytes(path, buf.getvalue())
     return path
 

@@ -35,7 +35,9 @@ def markdown_table(header: list[str], rows: list[list]) -> str:
 
 
 def write_report(results: str, name: str, command: str, seconds: float, body: str, fig) -> list:
-    """`<results>/road_<name>.md` (command and runtime, then `body`) and `.png`; their paths."""
+    """`<results>/road_<name>.md` (command and runtime, then `body`) and `.png`; their paths.
+    `results` is a local directory (the repository's results/): the experiments' workdirs
+    (`--root`) may be in a bucket, their reports are committed files."""
     from tx import storage
     from tx.viz import plots
 

@@ -13,10 +13,9 @@ Time: each model about the demo's budget (7 min on 2 idle CPU cores); see README
 
 from __future__ import annotations
 
-import os
-
 import numpy as np
 
+from tx import storage
 from tx.config import load_config, model_config
 from tx.model.counting import param_counts
 from tx.paper.road import config_path, markdown_table
@@ -36,7 +35,7 @@ def train_and_score(name: str, path: str, overrides, root: str, say=print) -> di
     from tx.paper.end_to_end import train_average_evaluate
 
     cfg = load_config(config_path(path), list(overrides))
-    workdir = os.path.join(root, name)
+    workdir = storage.join(root, name)
     say(f"road length: {name} ({path}) in {workdir}")
     result = train_average_evaluate(cfg, workdir, split="test", by_length=BUCKET_WIDTH).scores
     t = runcard.load(workdir)["totals"]
@@ -54,7 +53,7 @@ def train_and_score(name: str, path: str, overrides, root: str, say=print) -> di
 
 
 def run(results: str, root: str, overrides=(), say=print):
-    root = os.path.join(root, "road_length")
+    root = storage.join(root, "road_length")
     runs = [train_and_score(n, p, (*o, *overrides), root, say) for n, p, o in MODELS]
     buckets = [b["bucket"] for b in runs[-1]["by_length"]]
     header = ["model", "params", "test sacreBLEU", *[f"{b} words" for b in buckets]]
