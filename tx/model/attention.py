@@ -90,6 +90,7 @@ class MultiHeadAttention(nn.Module):
     param_dtype: Dtype = jnp.float32
     implementation: str = "explicit"  # tx.model.kernels.attention_impl's (never "auto" here)
     cross: bool = False  # keys and values from the encoder output (cached once a sentence)
+    use_bias: bool = False  # biases in the four projections (model.attention_bias)
     # The output projection's gradient through `merge_heads` (a custom_vjp, faster on a CPU);
     # True: plain autodiff, which forward mode (jax.jvp: tx.paper.road.table1's path lengths) needs.
     plain_autodiff: bool = False
@@ -103,6 +104,13 @@ class MultiHeadAttention(nn.Module):
             self.param_dtype,
         )
         return jnp.asarray(kernel, self.dtype)
+
+    def _bias(self, name: str, shape: tuple[int, ...], names: tuple[str, ...]) -> Array | float:
+        """A projection's bias (`use_bias`), else 0."""
+        if not self.use_bias:
+            return 0.0
+        init = nn.with_logical_partitioning(nn.initializers.zeros, names)
+        return jnp.asarray(self.param(name, init, shape, self.param_dtype), self.dtype)
 
     @nn.compact
     def __call__(
@@ -125,10 +133,14 @@ class MultiHeadAttention(nn.Module):
             self._kernel(n, w)
             for n, w in (("query", self.d_k), ("key", self.d_k), ("value", self.d_v))
         )
+        b_q, b_k, b_v = (
+            self._bias(f"{n}_bias", (self.num_heads, w), ("heads", "kv"))
+            for n, w in (("query", self.d_k), ("key", self.d_k), ("value", self.d_v))
+        )
 
         def project():
-            key = jnp.einsum("blm,mhd->blhd", inputs_kv, w_k)
-            value = jnp.einsum("blm,mhd->blhd", inputs_kv, w_v)
+            key = jnp.einsum("blm,mhd->blhd", inputs_kv, w_k) + b_k
+            value = jnp.einsum("blm,mhd->blhd", inputs_kv, w_v) + b_v
             return constrain(key, names), constrain(value, names)
 
         if mode is Mode.PRIME:
@@ -138,15 +150,17 @@ class MultiHeadAttention(nn.Module):
             return None
         masking = mask if isinstance(mask, Masking) else Masking(mask)
         if self.cross:
-            query = constrain(jnp.einsum("blm,mhd->blhd", inputs_q, w_q), names)
+            query = constrain(jnp.einsum("blm,mhd->blhd", inputs_q, w_q) + b_q, names)
             key, value = self._static_cache(project) if mode is Mode.STEP else project()
         else:
             if self.d_k == self.d_v:  # one product for queries, keys and values
                 w_qkv = jnp.concatenate([w_q, w_k, w_v], axis=-1)  # [m, h, 3d]
                 qkv = jnp.einsum("blm,mhd->blhd", inputs_q, w_qkv)
+                if self.use_bias:
+                    qkv = qkv + jnp.concatenate([b_q, b_k, b_v], axis=-1)
                 query, key, value = (constrain(x, names) for x in jnp.split(qkv, 3, axis=-1))
             else:
-                query = constrain(jnp.einsum("blm,mhd->blhd", inputs_q, w_q), names)
+                query = constrain(jnp.einsum("blm,mhd->blhd", inputs_q, w_q) + b_q, names)
                 key, value = project()
             if mode is Mode.STEP:
                 key, value, step_mask = self._update_cache(key, value, masking.mask)
@@ -178,6 +192,7 @@ class MultiHeadAttention(nn.Module):
         )
         project_out = merge_heads.fun if self.plain_autodiff else merge_heads  # fun: no custom_vjp
         out = project_out(out, jnp.asarray(out_kernel, self.dtype))
+        out = out + self._bias("out_bias", (self.d_model,), ("embed",))
         return constrain(out, ("batch", "length", "embed"))
 
     def _static_cache(self, project):

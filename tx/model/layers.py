@@ -247,14 +247,25 @@ class PositionEmbedding(nn.Module):
         return x + pe.astype(self.dtype)
 
 
+# The feed-forward's nonlinearity (model.activation): the paper's ReLU, or what a model
+# imported from elsewhere uses (OPUS-MT's Marian models: swish; transformers' "gelu" is erf's).
+ACTIVATIONS = {
+    "relu": jax.nn.relu,
+    "swish": jax.nn.silu,
+    "gelu": functools.partial(jax.nn.gelu, approximate=False),
+}
+
+
 class FeedForward(nn.Module):
-    """Position-wise feed-forward: max(0, x W1 + b1) W2 + b2 (section 3.3)."""
+    """Position-wise feed-forward: max(0, x W1 + b1) W2 + b2 (section 3.3), or another
+    `activation` (ACTIVATIONS) in place of max(0, .)."""
 
     d_model: int
     d_ff: int
     relu_dropout_rate: float = 0.0
     dtype: Dtype = jnp.float32
     param_dtype: Dtype = jnp.float32
+    activation: str = "relu"
 
     @nn.compact
     def __call__(self, x: Array, *, deterministic: bool) -> Array:
@@ -272,7 +283,7 @@ class FeedForward(nn.Module):
         b1 = param("bi", nn.initializers.zeros, (self.d_ff,), ("mlp",))
         w2 = param("wo", _glorot, (self.d_ff, self.d_model), ("mlp", "embed"))
         b2 = param("bo", nn.initializers.zeros, (self.d_model,), ("embed",))
-        h = jax.nn.relu(jnp.einsum("blm,mf->blf", x, w1) + b1)
+        h = ACTIVATIONS[self.activation](jnp.einsum("blm,mf->blf", x, w1) + b1)
         h = constrain(h, ("batch", "length", "mlp"))
         h = Dropout(self.relu_dropout_rate)(h, deterministic=deterministic)
         return constrain(jnp.einsum("blf,fm->blm", h, w2) + b2, ("batch", "length", "embed"))

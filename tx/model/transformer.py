@@ -32,7 +32,7 @@ from tx.model.layers import (
     target_platform,
 )
 from tx.model.transformer_config import ModelConfig
-from tx.tokens import PAD_ID
+from tx.tokens import BOS_ID, PAD_ID
 
 Array = jax.Array
 
@@ -88,6 +88,7 @@ def _attention(c: ModelConfig, name: str, cross: bool = False) -> MultiHeadAtten
         param_dtype=c.weight_dtype,
         implementation=impl,
         cross=cross,
+        use_bias=c.attention_bias,
         name=name,
     )
 
@@ -95,7 +96,13 @@ def _attention(c: ModelConfig, name: str, cross: bool = False) -> MultiHeadAtten
 def _ffn_block(c: ModelConfig, x: Array, mode: Mode) -> Array:
     """The layer's last sub-layer, the position-wise feed-forward: [b, l, m] -> [b, l, m]."""
     ffn = FeedForward(
-        c.d_model, c.d_ff, c.relu_dropout_rate, c.compute_dtype, c.weight_dtype, name="ffn"
+        c.d_model,
+        c.d_ff,
+        c.relu_dropout_rate,
+        c.compute_dtype,
+        c.weight_dtype,
+        activation=c.activation,
+        name="ffn",
     )
     x = _SubLayer(c, name="ffn_block")(
         x, lambda y: ffn(y, deterministic=mode.deterministic), mode=mode
@@ -110,9 +117,14 @@ def _final_norm(c: ModelConfig, x: Array) -> Array:
     return LayerNorm(c.layer_norm_epsilon, c.compute_dtype, c.weight_dtype, name="final_norm")(x)
 
 
-def _embedded(c: ModelConfig, embed: nn.Module, tokens: Array, positions: Array, mode: Mode):
-    """tokens, positions [b, l] -> Dropout(embedding x sqrt(d_model) + PE) [b, l, m]."""
+def _embedded(
+    c: ModelConfig, embed: nn.Module, tokens: Array, positions: Array, mode: Mode, start=False
+):
+    """tokens, positions [b, l] -> Dropout(embedding x sqrt(d_model) + PE) [b, l, m]. `start`
+    (the decoder's input) with model.decoder_start "zero": <s> is embedded as zeros."""
     x = embed(tokens)
+    if start and c.decoder_start == "zero":
+        x = jnp.where((tokens == BOS_ID)[..., None], jnp.zeros((), x.dtype), x)
     x = PositionEmbedding(
         c.d_model, c.positional, c.max_len, c.compute_dtype, c.weight_dtype, name="position"
     )(x, positions)
@@ -187,7 +199,7 @@ class DecoderStack(nn.Module):
             return None
         if mode is Mode.STEP:
             positions = self._step_positions(decoder_inputs)
-        y = _embedded(c, self.embed, decoder_inputs, positions, mode)
+        y = _embedded(c, self.embed, decoder_inputs, positions, mode, start=True)
         for i in range(c.num_decoder_layers):
             y = DecoderLayer(c, name=f"layer_{i}")(y, encoded, self_mask, cross_mask, mode=mode)
         return _final_norm(c, y)
@@ -218,6 +230,21 @@ class Transformer(EncoderDecoder):
     config: ModelConfig
     ENCODER: ClassVar[type] = EncoderStack
     DECODER: ClassVar[type] = DecoderStack
+
+    def setup(self):
+        super().setup()
+        if self.config.logits_bias:  # Marian's final_logits_bias, a buffer there: never trained
+            zeros = nn.with_logical_partitioning(nn.initializers.zeros, ("vocab",))
+            self.final_logits_bias = self.param(
+                "final_logits_bias", zeros, (self.config.vocab_size,), jnp.float32
+            )
+
+    def _logits(self, states: Array) -> Array:
+        """states [b, t, m] -> logits [b, t, V] float32, with the fixed bias if there is one."""
+        logits = self.decoder.logits(states)
+        if self.config.logits_bias:
+            logits = logits + jax.lax.stop_gradient(self.final_logits_bias)
+        return logits
 
     def encode(
         self, inputs, inputs_segments=None, inputs_positions=None, *, deterministic: bool = True
@@ -275,14 +302,14 @@ class Transformer(EncoderDecoder):
             )
         mode = Mode.teacher_forced(deterministic)
         states = self.decoder(encoded, decoder_inputs, self_mask, cross_mask, positions, mode=mode)
-        return states if features else self.decoder.logits(states)
+        return states if features else self._logits(states)
 
     def step(self, encoded, inputs, ids) -> Array:
         """One search step: ids [b, 1] the previous tokens (`bos_id` first) -> logits
         [b, 1, V]. The "cache" collection must come from `init_cache` and be mutable."""
         cross_mask = (_segments_or_mask(inputs, None) > 0)[:, None, None, :]  # [b, 1, 1, s]
         states = self.decoder(encoded, ids, None, cross_mask, None, mode=Mode.STEP)
-        return self.decoder.logits(states)
+        return self._logits(states)
 
     def prime(self, encoded: Array) -> None:
         """Stores every layer's cross-attention keys and values of `encoded` [b, s, m] in the
@@ -320,6 +347,14 @@ class Transformer(EncoderDecoder):
 
     def features(self, *args, **kwargs) -> tuple[Array, Array]:
         """`__call__`'s arguments -> (states [b, t, m] before the softmax layer, that layer's
-        matrix [V', m]), for a loss that never holds all the logits (tx.train.losses)."""
+        matrix [V', m]), whose product is the logits, for a loss that never holds them all
+        (tx.train.losses). A fixed logits bias joins them as one more feature: states
+        [b, t, m + 1] ending in ones, and the matrix's last column the bias."""
         states = self(*args, **kwargs, features=True)
-        return states, self.decoder.head.matrix()
+        head = self.decoder.head.matrix()
+        if self.config.logits_bias:
+            bias = jax.lax.stop_gradient(self.final_logits_bias).astype(head.dtype)
+            bias = jnp.pad(bias, (0, head.shape[0] - bias.shape[0]))  # padding rows: masked
+            states = jnp.concatenate([states, jnp.ones((*states.shape[:2], 1), states.dtype)], -1)
+            head = jnp.concatenate([head, bias[:, None]], -1)
+        return states, head

@@ -16,6 +16,7 @@ from tx.model.family_base import (
     check_rates,
     param_groups,
 )
+from tx.model.layers import ACTIVATIONS
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,6 +51,14 @@ class ModelConfig(ConfigShell):
     # attention on GPUs (bf16/fp16), XLA's elsewhere; "explicit" forms the weights (always so
     # for attention dropout, drawn maps and d_k != d_v).
     attention_impl: str = "auto"
+    # What a model made elsewhere needs (Hugging Face's MarianMTModel, OPUS-MT: tx.infer
+    # .huggingface); the defaults are the paper's model, unchanged.
+    activation: str = "relu"  # the feed-forward's: "relu" (the paper), "swish" (OPUS-MT), "gelu"
+    attention_bias: bool = False  # biases in W^Q, W^K, W^V and W^O (the paper has none)
+    logits_bias: bool = False  # a fixed bias on the logits (Marian's final_logits_bias)
+    # The decoder's first input: the embedding of <s> ("token") or zeros ("zero": Marian,
+    # tensor2tensor).
+    decoder_start: str = "token"
 
     def __post_init__(self):
         h = self.num_heads
@@ -97,6 +106,12 @@ def _check_model(c: ModelConfig) -> None:
         raise ValueError(
             f"model.positional must be 'sinusoidal' or 'learned', got {c.positional!r}"
         )
+    if c.activation not in ACTIVATIONS:
+        raise ValueError(
+            f"model.activation must be one of {sorted(ACTIVATIONS)}, got {c.activation!r}"
+        )
+    if c.decoder_start not in ("token", "zero"):
+        raise ValueError(f"model.decoder_start must be 'token' or 'zero', got {c.decoder_start!r}")
     check_dtypes(c)
 
 
@@ -105,13 +120,19 @@ def param_count(c: ModelConfig) -> dict[str, int]:
     feed-forward with biases, two LayerNorms per encoder layer and three per decoder layer)."""
     m, h = c.d_model, c.num_heads
     attention = m * h * c.d_k * 2 + m * h * c.d_v + h * c.d_v * m
+    if c.attention_bias:
+        attention += h * c.d_k * 2 + h * c.d_v + m
     ffn = 2 * m * c.d_ff + c.d_ff + m
     norm = 2 * m
     final_norm = norm if c.pre_ln else 0
     positions = c.max_len * m if c.positional == "learned" else 0
     encoder = c.num_encoder_layers * (attention + ffn + 2 * norm) + final_norm + positions
     decoder = c.num_decoder_layers * (2 * attention + ffn + 3 * norm) + final_norm + positions
-    return param_groups(c, encoder, decoder)
+    groups = param_groups(c, encoder, decoder)
+    if c.logits_bias:  # beside the embeddings: the pre-softmax layer's bias (fixed)
+        groups["embeddings"] += c.vocab_size
+        groups["params"] += c.vocab_size
+    return groups
 
 
 def train_flops(

@@ -1,0 +1,355 @@
+"""Hugging Face's MarianMTModel, both ways: a tx Transformer as the weights of a MarianMTModel,
+and a MarianMTModel's weights (OPUS-MT's, Helsinki-NLP/opus-mt-*) as a tx Transformer.
+
+The paper's post-LN model is, weight for weight, Marian's: embeddings x sqrt(d_model), sinusoidal
+positions, shared embeddings tied to the softmax, post-LN sub-layers, no final norm. What
+differs is written down here once, in both directions:
+
+    channels     tx interleaves its sinusoids (sin, cos, sin, ...), Marian puts every sine first:
+                 a fixed permutation of the d_model channels (`channel_order`) applied to every
+                 weight on that axis gives the same function (LayerNorm and the residual stream
+                 are indifferent to the channels' order)
+    positions    tx's float32 sinusoids are written as Marian's position tables, so both add the
+                 same numbers; a model that starts its decoder from <s> ("token") has that
+                 embedding folded into the decoder table's row 0, and Marian's start token is
+                 then <pad>, whose row is zero: Marian (and CTranslate2's converter, which starts
+                 every Marian decoder from zeros) compute what tx does
+    projections  tx's [m, h, d] kernels are torch's [h*d, m] Linear weights; biases where
+                 model.attention_bias (Marian always has them: zero otherwise)
+    feed-forward wi [m, f] / wo [f, m] are fc1 / fc2 transposed; model.activation
+    logits       model.logits_bias is final_logits_bias; a model without one gets -1e4 on PAD
+                 and BOS, which tx's search never emits (exp(-1e4) is 0 in float32)
+    vocabulary   tx's ids are Marian's ids (exported); OPUS-MT's put </s> at 0, <unk> at 1 and
+                 <pad> last, and have no <s>: imported, their rows are reordered to tx's
+                 (`import_order`), with a zero row for <s> (the decoder starts from zeros)
+    LayerNorm    Marian's epsilon is torch's default, 1e-5 (model.layer_norm_epsilon on import)
+
+Shape letters: m d_model, h heads, d head width, f d_ff, V vocabulary.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tx.model.layers import sinusoidal_encoding
+from tx.model.transformer_config import ModelConfig
+from tx.tokens import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+
+NEVER_LOGIT = -1.0e4  # as tx.infer.export's: PAD and BOS get probability 0
+MARIAN_LAYER_NORM_EPSILON = 1e-5  # torch.nn.LayerNorm's default, which Marian keeps
+MIN_POSITIONS = 1024  # rows of the position tables written (Marian's default is 512)
+ACTIVATIONS = {"relu": "relu", "swish": "swish", "gelu": "gelu"}  # tx -> transformers' ACT2FN
+# transformers' names of the activations tx has -> tx's
+FROM_ACTIVATIONS = {"relu": "relu", "swish": "swish", "silu": "swish", "gelu": "gelu"}
+
+
+class HuggingFaceError(ValueError):
+    """A model one side cannot express: one line saying what and what serves it instead."""
+
+
+def check_exportable(mc: ModelConfig) -> None:
+    """Raises HuggingFaceError naming what MarianMTModel cannot express."""
+    family = getattr(mc, "family", "transformer")
+    serve = "export it with --format ctranslate2 instead (CTranslate2 serves it)"
+    if family != "transformer":
+        raise HuggingFaceError(f"model.family={family!r}: MarianMTModel is a Transformer; {serve}")
+    if mc.pre_ln:
+        raise HuggingFaceError(f"model.pre_ln=True: MarianMTModel is post-LN only; {serve}")
+    if mc.positional != "sinusoidal":
+        raise HuggingFaceError(
+            f"model.positional={mc.positional!r}: Marian's are sinusoids; {serve}"
+        )
+    if not mc.share_embeddings:
+        raise HuggingFaceError(
+            f"model.share_embeddings=False: tx's three matrices are not Marian's; {serve}"
+        )
+    if mc.d_k != mc.d_v or mc.d_k * mc.num_heads != mc.d_model:
+        raise HuggingFaceError(
+            f"model.d_k={mc.d_k}, d_v={mc.d_v} with {mc.num_heads} heads: Marian's heads are "
+            f"d_model / heads wide; {serve}"
+        )
+
+
+def channel_order(d_model: int) -> np.ndarray:
+    """[m] int: Marian's channel j is tx's channel order[j] (tx's sines at even channels,
+    cosines at odd ones; Marian's sines in the first half, cosines in the second)."""
+    half = np.arange(d_model // 2)
+    return np.concatenate([2 * half, 2 * half + 1])
+
+
+def position_table(d_model: int, rows: int) -> np.ndarray:
+    """[rows, m] tx's sinusoids (float32, as tx computes them) in Marian's channel order."""
+    table = np.asarray(sinusoidal_encoding(np.arange(rows), d_model), np.float32)
+    return table[:, channel_order(d_model)]
+
+
+def marian_config(mc: ModelConfig, max_positions: int, order: np.ndarray | None = None) -> dict:
+    """transformers' MarianConfig fields for `mc` (its config.json). `order`: an imported
+    model's `import_order` (its own ids back); None: tx's ids are the Marian ids."""
+    pad, eos = (PAD_ID, EOS_ID) if order is None else (int(order[PAD_ID]), int(order[EOS_ID]))
+    size = mc.vocab_size if order is None else mc.vocab_size - int(np.sum(order < 0))
+    return {
+        "architectures": ["MarianMTModel"],
+        "model_type": "marian",
+        "vocab_size": size,
+        "decoder_vocab_size": size,
+        "d_model": mc.d_model,
+        "encoder_layers": mc.num_encoder_layers,
+        "decoder_layers": mc.num_decoder_layers,
+        "encoder_attention_heads": mc.num_heads,
+        "decoder_attention_heads": mc.num_heads,
+        "encoder_ffn_dim": mc.d_ff,
+        "decoder_ffn_dim": mc.d_ff,
+        "activation_function": ACTIVATIONS[mc.activation],
+        "max_position_embeddings": max_positions,
+        "scale_embedding": True,
+        "share_encoder_decoder_embeddings": True,
+        "tie_word_embeddings": True,
+        "normalize_before": False,
+        "static_position_embeddings": True,
+        "dropout": mc.dropout_rate,
+        "attention_dropout": mc.attention_dropout_rate,
+        "activation_dropout": mc.relu_dropout_rate,
+        "pad_token_id": pad,
+        "eos_token_id": eos,
+        "forced_eos_token_id": eos,
+        "decoder_start_token_id": pad,  # a zero row: see the module docstring
+        "bos_token_id": None,
+        "is_encoder_decoder": True,
+    }
+
+
+def to_marian(
+    mc: ModelConfig,
+    params: dict,
+    vocab_order: np.ndarray | None = None,
+    max_positions: int = MIN_POSITIONS,
+) -> dict[str, np.ndarray]:
+    """tx parameters (numpy) -> MarianMTModel's state dict (float32, torch's layouts; tied
+    weights once, as model.shared.weight), its position tables `max_positions` long (as
+    `marian_config`'s). `vocab_order`: as for `marian_config`."""
+    check_exportable(mc)
+    order = channel_order(mc.d_model)
+    state = {}
+    shared = np.array(params["shared_embedding"]["embedding"][: mc.vocab_size], np.float32)
+    if mc.decoder_start == "token":
+        start = shared[BOS_ID] * np.sqrt(mc.d_model).astype(np.float32)
+    else:
+        start = np.zeros(mc.d_model, np.float32)
+    shared[PAD_ID] = 0.0  # Marian's start token; padding's row is read by nothing in tx
+    state["model.shared.weight"] = _marian_rows(shared, vocab_order)[:, order]
+    table = position_table(mc.d_model, max_positions)
+    state["model.encoder.embed_positions.weight"] = table
+    decoder_table = table.copy()
+    decoder_table[0] += start[order]  # the start token's embedding, at the only place it is read
+    state["model.decoder.embed_positions.weight"] = decoder_table
+    for stack, blocks in (("encoder", _ENCODER), ("decoder", _DECODER)):
+        layers = mc.num_encoder_layers if stack == "encoder" else mc.num_decoder_layers
+        for i in range(layers):
+            p, prefix = params[stack][f"layer_{i}"], f"model.{stack}.layers.{i}"
+            for tx_name, marian in blocks:
+                if marian.endswith("_layer_norm"):
+                    _norm_out(state, f"{prefix}.{marian}", p[tx_name]["norm"], order)
+                elif marian == "ffn":
+                    _ffn_out(state, prefix, p["ffn"], order)
+                else:
+                    _attention_out(state, f"{prefix}.{marian}", p[tx_name], mc, order)
+    if mc.logits_bias:
+        bias = np.asarray(params["final_logits_bias"], np.float32)
+    else:
+        bias = np.zeros(mc.vocab_size, np.float32)
+        bias[[PAD_ID, BOS_ID]] = NEVER_LOGIT
+    state["final_logits_bias"] = _marian_rows(bias, vocab_order)[None, :]
+    return state
+
+
+def _marian_rows(x: np.ndarray, order: np.ndarray | None) -> np.ndarray:
+    """Rows in tx's id order -> in Marian's: as they are (order None), or each row t at its
+    Marian id order[t], the rows tx added (order -1) left out."""
+    if order is None:
+        return x
+    out = np.zeros((int(np.sum(order >= 0)), *x.shape[1:]), x.dtype)
+    out[order[order >= 0]] = x[order >= 0]
+    return out
+
+
+# (tx name, Marian name) of each layer's parts; a block's norm is `<tx name>/norm`.
+_ENCODER = (
+    ("self_attention", "self_attn"),
+    ("attention_block", "self_attn_layer_norm"),
+    ("ffn", "ffn"),
+    ("ffn_block", "final_layer_norm"),
+)
+_DECODER = (
+    ("self_attention", "self_attn"),
+    ("self_attention_block", "self_attn_layer_norm"),
+    ("cross_attention", "encoder_attn"),
+    ("cross_attention_block", "encoder_attn_layer_norm"),
+    ("ffn", "ffn"),
+    ("ffn_block", "final_layer_norm"),
+)
+
+
+def _norm_out(state, prefix, p, order):
+    state[f"{prefix}.weight"] = np.asarray(p["scale"], np.float32)[order]
+    state[f"{prefix}.bias"] = np.asarray(p["bias"], np.float32)[order]
+
+
+def _ffn_out(state, prefix, p, order):
+    state[f"{prefix}.fc1.weight"] = np.asarray(p["wi"], np.float32)[order].T.copy()  # [f, m]
+    state[f"{prefix}.fc1.bias"] = np.asarray(p["bi"], np.float32)
+    state[f"{prefix}.fc2.weight"] = np.asarray(p["wo"], np.float32)[:, order].T.copy()  # [m, f]
+    state[f"{prefix}.fc2.bias"] = np.asarray(p["bo"], np.float32)[order]
+
+
+def _attention_out(state, prefix, p, mc, order):
+    m = mc.d_model
+    for tx_name, marian in (("query", "q_proj"), ("key", "k_proj"), ("value", "v_proj")):
+        kernel = np.asarray(p[tx_name], np.float32)  # [m, h, d]
+        state[f"{prefix}.{marian}.weight"] = kernel.reshape(m, -1)[order].T.copy()  # [h*d, m]
+        bias = p.get(f"{tx_name}_bias")
+        state[f"{prefix}.{marian}.bias"] = (
+            np.zeros(kernel.shape[1] * kernel.shape[2], np.float32)
+            if bias is None
+            else np.asarray(bias, np.float32).reshape(-1)
+        )
+    out = np.asarray(p["out"], np.float32)  # [h, d, m]
+    state[f"{prefix}.out_proj.weight"] = out.reshape(-1, m)[:, order].T.copy()  # [m, h*d]
+    bias = p.get("out_bias")
+    state[f"{prefix}.out_proj.bias"] = (
+        np.zeros(m, np.float32) if bias is None else np.asarray(bias, np.float32)[order]
+    )
+
+
+# -------------------------------------------------------------------------------------------
+# Marian -> tx
+
+
+def model_section(config: dict) -> dict:
+    """tx's `model` config section for a MarianConfig (its config.json); HuggingFaceError for
+    what tx cannot express."""
+    unsupported = []
+    if not config.get("scale_embedding", False):
+        unsupported.append("scale_embedding=False (tx scales embeddings by sqrt(d_model))")
+    if config.get("normalize_before", False) or config.get("normalize_embedding", False):
+        unsupported.append("normalize_before / normalize_embedding (tx's Marian is post-LN)")
+    if not config.get("share_encoder_decoder_embeddings", True):
+        unsupported.append("share_encoder_decoder_embeddings=False (separate vocabularies)")
+    if config.get("encoder_attention_heads") != config.get("decoder_attention_heads"):
+        unsupported.append("different head counts in the encoder and the decoder")
+    if config.get("encoder_ffn_dim") != config.get("decoder_ffn_dim"):
+        unsupported.append("different feed-forward widths in the encoder and the decoder")
+    activation = config.get("activation_function", "gelu")
+    if activation not in FROM_ACTIVATIONS:
+        unsupported.append(f"activation_function={activation!r} (tx has {sorted(ACTIVATIONS)})")
+    if unsupported:
+        raise HuggingFaceError("this MarianMTModel cannot be imported: " + "; ".join(unsupported))
+    return {
+        "vocab_size": int(config["vocab_size"]) + 1,  # and a row for <s>: see import_order
+        "d_model": int(config["d_model"]),
+        "num_heads": int(config["encoder_attention_heads"]),
+        "d_ff": int(config["encoder_ffn_dim"]),
+        "num_layers": int(config["encoder_layers"]),
+        "num_encoder_layers": int(config["encoder_layers"]),
+        "num_decoder_layers": int(config["decoder_layers"]),
+        "dropout_rate": float(config.get("dropout", 0.1)),
+        "attention_dropout_rate": float(config.get("attention_dropout", 0.0)),
+        "relu_dropout_rate": float(config.get("activation_dropout", 0.0)),
+        "share_embeddings": True,
+        "positional": "sinusoidal",
+        "pre_ln": False,
+        "layer_norm_epsilon": MARIAN_LAYER_NORM_EPSILON,
+        "activation": FROM_ACTIVATIONS[activation],
+        "attention_bias": True,
+        "logits_bias": True,
+        "decoder_start": "zero",
+    }
+
+
+def import_order(vocab: dict[str, int], config: dict) -> np.ndarray:
+    """[V + 1] int: the Marian id of each tx id, -1 for tx's <s> (a zero row). tx's reserved
+    ids come first (PAD_ID, EOS_ID, UNK_ID, BOS_ID: tx.tokens), then Marian's other tokens in
+    their order."""
+    pad, eos = int(config["pad_token_id"]), int(config["eos_token_id"])
+    unk = vocab.get("<unk>")
+    if unk is None:
+        raise HuggingFaceError("vocab.json has no <unk>: not a Marian tokenizer's vocabulary")
+    if int(config.get("decoder_start_token_id", pad)) != pad:
+        raise HuggingFaceError(
+            "decoder_start_token_id is not pad_token_id: tx imports Marian models whose "
+            "decoder starts from <pad> (a zero embedding), as OPUS-MT's"
+        )
+    size = int(config["vocab_size"])
+    reserved = {PAD_ID: pad, EOS_ID: eos, UNK_ID: unk, BOS_ID: -1}
+    rest = [i for i in range(size) if i not in (pad, eos, unk)]
+    order = [reserved[t] for t in range(len(reserved))] + rest
+    return np.asarray(order, np.int64)
+
+
+def from_marian(mc: ModelConfig, state: dict, order: np.ndarray) -> dict:
+    """MarianMTModel's state dict (numpy, float32) -> tx parameters for `mc` (from
+    `model_section`), the vocabulary in tx's order (`import_order`)."""
+    perm = channel_order(mc.d_model)
+    inverse = np.argsort(perm)  # tx channel i is Marian's channel inverse[i]
+
+    def rows(x):  # Marian's vocabulary rows -> tx's; <s> (order -1) a zero row
+        x = np.asarray(x, np.float32)
+        out = x[np.maximum(order, 0)]
+        out[order < 0] = 0.0
+        return out
+
+    shared = rows(state["model.shared.weight"])[:, inverse]
+    rows_padded = mc.vocab_rows
+    params = {
+        "shared_embedding": {
+            "embedding": np.pad(shared, ((0, rows_padded - shared.shape[0]), (0, 0)))
+        },
+        "final_logits_bias": rows(state["final_logits_bias"].reshape(-1)),
+        "encoder": {},
+        "decoder": {},
+    }
+    params["final_logits_bias"][order < 0] = NEVER_LOGIT  # <s>: never emitted
+    for stack, blocks in (("encoder", _ENCODER), ("decoder", _DECODER)):
+        layers = mc.num_encoder_layers if stack == "encoder" else mc.num_decoder_layers
+        for i in range(layers):
+            prefix, layer = f"model.{stack}.layers.{i}", {}
+            for tx_name, marian in blocks:
+                if marian.endswith("_layer_norm"):
+                    layer[tx_name] = {"norm": _norm_in(state, f"{prefix}.{marian}", inverse)}
+                elif marian == "ffn":
+                    layer["ffn"] = _ffn_in(state, prefix, inverse)
+                else:
+                    layer[tx_name] = _attention_in(state, f"{prefix}.{marian}", mc, inverse)
+            params[stack][f"layer_{i}"] = layer
+    return params
+
+
+def _norm_in(state, prefix, inverse):
+    return {
+        "scale": np.asarray(state[f"{prefix}.weight"], np.float32)[inverse],
+        "bias": np.asarray(state[f"{prefix}.bias"], np.float32)[inverse],
+    }
+
+
+def _ffn_in(state, prefix, inverse):
+    return {
+        "wi": np.asarray(state[f"{prefix}.fc1.weight"], np.float32).T[inverse].copy(),
+        "bi": np.asarray(state[f"{prefix}.fc1.bias"], np.float32),
+        "wo": np.asarray(state[f"{prefix}.fc2.weight"], np.float32).T[:, inverse].copy(),
+        "bo": np.asarray(state[f"{prefix}.fc2.bias"], np.float32)[inverse],
+    }
+
+
+def _attention_in(state, prefix, mc, inverse):
+    h, d, m = mc.num_heads, mc.d_k, mc.d_model
+    out = {}
+    for tx_name, marian in (("query", "q_proj"), ("key", "k_proj"), ("value", "v_proj")):
+        weight = np.asarray(state[f"{prefix}.{marian}.weight"], np.float32)  # [h*d, m]
+        out[tx_name] = weight.T[inverse].reshape(m, h, d).copy()
+        out[f"{tx_name}_bias"] = np.asarray(state[f"{prefix}.{marian}.bias"], np.float32).reshape(
+            h, d
+        )
+    weight = np.asarray(state[f"{prefix}.out_proj.weight"], np.float32)  # [m, h*d]
+    out["out"] = weight.T[:, inverse].reshape(h, d, m).copy()
+    out["out_bias"] = np.asarray(state[f"{prefix}.out_proj.bias"], np.float32)[inverse]
+    return out
