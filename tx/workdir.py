@@ -1,7 +1,8 @@
 """A run's directory: every path in it is named here, with the checks that keep it whole.
 
     W/config.json           the resolved config of the run (written by train)
-    W/spm.model             the shared SentencePiece vocabulary
+    W/spm.model             the shared SentencePiece vocabulary (an imported Marian model:
+                            source.spm, target.spm and vocab.json instead)
     W/vocab.sha256          its fingerprint when training began: the checkpoints' vocabulary
     W/data/<key>/           token-id caches, keyed by data and vocabulary (tx.data.token_cache)
     W/data/sources/         a bucket's source files' sha256 and lines, by object version
@@ -57,6 +58,10 @@ def _in_run(name: str):
     """The path of `name` in a workdir, as a function of the workdir."""
     return lambda workdir: storage.join(workdir, name)
 
+
+# A run's vocabulary: one SentencePiece model for source and target (spm.model, tx's own), or
+# two mapped through one list of pieces (an imported Marian model's: tx.data.tokenizer).
+VOCABULARY_FILES = ("spm.model", "source.spm", "target.spm", "vocab.json")
 
 config_file = _in_run("config.json")
 vocab_file = _in_run("spm.model")
