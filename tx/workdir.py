@@ -42,6 +42,7 @@ FIXED_KEYS = (
     "data.spm_model_type",
     "data.spm_normalization",
     "data.spm_split_digits",
+    "train.init_from",  # the parameters and vocabulary a run starts from (tx.train.init_from)
 )
 
 

@@ -10,6 +10,7 @@
                      a multi-process train makes instead of tokenizing
     checkpoint.py    Orbax checkpoints: save, restore, keep the last N and the best
     averaging.py     averaging the last N or best N checkpoints, and the store of averages
+    init_from.py     starting a run from another's parameters and vocabulary (fine-tuning)
     runlock.py       one run per workdir: the lock that train and average hold
     monitor.py       the metrics window (a non-finite loss raises Diverged), throughput,
                      MFU, progress lines, TensorBoard summaries

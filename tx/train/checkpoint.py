@@ -374,27 +374,24 @@ class Checkpointer:
     def restore_params(self, step: int, abstract_params):
         """Only the parameters of `step`, laid out as `abstract_params` says: the optimizer
         state is not read (inference and averaging need no optimizer)."""
-        item = {"params": abstract_params}
-        check_files(self.path(step), {"state": "tree"})
-        with reading(self.path(step)):
-            reader = ocp.Checkpointer(
-                ocp.PyTreeCheckpointHandler(), atomicity_options=atomicity(self.directory)
-            )
-            restored = reader.restore(
-                storage.join(storage.absolute(self.path(step)), "state"),
-                args=ocp.args.PyTreeRestore(
-                    item=item,
-                    restore_args=ocp.checkpoint_utils.construct_restore_args(item),
-                    partial_restore=True,
-                ),
-            )
-            return restored["params"]
+        return restore_part(self.path(step), "state", {"params": abstract_params})["params"]
 
     def close(self) -> None:
         try:
             self.wait()
         finally:
             self.manager.close()
+
+
+def restore_part(path: str, item: str, tree):
+    """The arrays `tree` names (ShapeDtypeStructs with shardings: all or part of the tree the
+    item `item` of the checkpoint directory `path` holds), read into their shardings."""
+    check_files(path, {item: "tree"})
+    restore_args = ocp.checkpoint_utils.construct_restore_args(tree)
+    with reading(path):
+        reader = ocp.Checkpointer(ocp.PyTreeCheckpointHandler(), atomicity_options=atomicity(path))
+        args = ocp.args.PyTreeRestore(tree, restore_args, partial_restore=True)
+        return reader.restore(storage.join(storage.absolute(path), item), args=args)
 
 
 # Bounds the wait for a failed save's other writes; each is one file of one checkpoint.

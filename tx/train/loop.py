@@ -5,11 +5,12 @@
 The data is prepared first (`prepare_data`: by a lone process itself; for several processes,
 by `python -m tx prepare` beforehand). Then the latest checkpoint in `workdir` that can be read
 is restored (state and data position) onto the current mesh, whatever mesh wrote it; unreadable
-newer ones are set aside (tx.train.checkpoint). SIGTERM / SIGINT save a checkpoint and return;
-a non-finite loss raises `Diverged` (tx.train.monitor) naming the step, leaving earlier
-checkpoints intact. With `train.keep_best`, each dev evaluation of `train.best_metric` is saved
-with its checkpoint and training stops early after `train.early_stopping_patience` evaluations
-without a better one (tx.train.best).
+newer ones are set aside (tx.train.checkpoint). A run with none starts from random weights, or
+from another run's parameters and vocabulary with `train.init_from` (tx.train.init_from).
+SIGTERM / SIGINT save a checkpoint and return; a non-finite loss raises `Diverged`
+(tx.train.monitor) naming the step, leaving earlier checkpoints intact. With `train.keep_best`,
+each dev evaluation of `train.best_metric` is saved with its checkpoint and training stops early
+after `train.early_stopping_patience` evaluations without a better one (tx.train.best).
 The steps themselves are tx.train.trainer's; the paths and checks of the workdir, tx.workdir's.
 """
 
@@ -32,7 +33,7 @@ from tx.data.pipeline import POSITION_KEY, BatchSpec, PlannedBatch, eval_batches
 from tx.data.token_cache import TokenizedSplit
 from tx.data.tokenizer import check_vocabulary
 from tx.model.counting import train_flops_per_step
-from tx.train import best, runcard, runlock
+from tx.train import best, init_from, runcard, runlock
 from tx.train import trainer as trainer_lib
 from tx.train.checkpoint import Checkpointer
 from tx.train.distributed import StopSignal, process_lost, sync_flags
@@ -101,9 +102,10 @@ def train(
 def _train(cfg: ml_collections.ConfigDict, workdir: str, progress_stream, bleu_hook) -> dict:
     t = cfg.train
     wd.check_config(cfg, workdir)
+    source = init_from.start(cfg, workdir)  # None: random weights, or resuming
     deadline = time.monotonic() + 60 * t.max_minutes if t.max_minutes else None
     started = time.time()
-    tokenizer = prepare_data(cfg, workdir)
+    tokenizer = prepare_data(cfg, workdir, source)
     prepare_secs = time.time() - started
     check_vocabulary(workdir, tokenizer)
     trainer = trainer_lib.build(cfg)
@@ -116,9 +118,11 @@ def _train(cfg: ml_collections.ConfigDict, workdir: str, progress_stream, bleu_h
         keep_best=criterion.keep if criterion else 0,
         best_metric=criterion.metric if criterion else "dev_bleu",
     )
-    state, position = _restore_or_init(trainer, ckpt, t.seed)
+    state, position = _restore_or_init(trainer, ckpt, t.seed, source)
     peak = peak_tflops(configured=t.peak_tflops)
     card = Segment(cfg, workdir, int(state.step), peak)
+    if source is not None:
+        card.note(init_from=init_from.record(source, workdir, tokenizer))
     spec = dataset.batch_spec(
         cfg.data,
         trainer.layout.data_shards * t.micro_batches,
@@ -126,10 +130,11 @@ def _train(cfg: ml_collections.ConfigDict, workdir: str, progress_stream, bleu_h
     )
     build = jax.process_count() == 1  # several processes: `prepare` built it (prepare_data)
     stream, counts = dataset.train_stream(cfg.data, workdir, tokenizer, spec, position, build)
-    progress = Progress(t.num_steps, wd.is_main(), progress_stream)
+    progress = Progress(t.num_steps, wd.is_main(), progress_stream, deadline)
     progress.message(
         f"tx: {json.dumps(counts)} | mesh {dict(trainer.mesh.shape)} | rows per step by "
         f"length {stream.rows} | start step {int(state.step)}"
+        + (f" from {source.describe()}" if source else "")
     )
     dev = None
     if t.eval_every_steps:
@@ -167,23 +172,28 @@ def _train(cfg: ml_collections.ConfigDict, workdir: str, progress_stream, bleu_h
         summaries.close()
 
 
-def prepare_data(cfg: ml_collections.ConfigDict, workdir: str):
-    """The vocabulary and the token caches the run reads (train; dev when evaluated). One
-    process builds what is missing. Several processes build nothing, so that none tokenizes
-    while the others wait: `python -m tx prepare` has made them (tx.train.prepare), or every
-    process stops at once naming what is missing and that command."""
+def prepare_data(cfg: ml_collections.ConfigDict, workdir: str, source=None):
+    """The vocabulary (`source`'s, when the run starts from one: tx.train.init_from) and the
+    token caches the run reads (train; dev when evaluated). One process builds what is missing.
+    Several processes build nothing, so that none tokenizes while the others wait:
+    `python -m tx prepare` has made them (tx.train.prepare), or every process stops at once
+    naming what is missing and that command."""
     splits = ("train", "dev") if cfg.train.eval_every_steps else ("train",)
     if jax.process_count() > 1:
         return check_prepared(cfg, workdir, splits)
-    tokenizer = dataset.vocabulary(cfg.data, workdir)
+    tokenizer = init_from.vocabulary(cfg, workdir, source)
     for split in splits:
         dataset.split_ids(cfg.data, workdir, tokenizer, split)
     return tokenizer
 
 
-def _restore_or_init(trainer, ckpt: Checkpointer, seed: int):
-    """The newest checkpoint that restores (see Checkpointer.restore_newest), else a new state."""
+def _restore_or_init(trainer, ckpt: Checkpointer, seed: int, source: init_from.Source | None):
+    """The newest checkpoint that restores (see Checkpointer.restore_newest), else a new state:
+    from `source`'s parameters (tx.train.init_from) or random ones."""
     restored = ckpt.restore_newest(trainer_lib.abstract_train_state(trainer))
+    if restored is None and source is not None:
+        logging.info("starting from %s", source.describe())
+        return init_from.initial_state(trainer, source, seed), None
     if restored is None:
         return trainer_lib.create_train_state(trainer, seed), None
     step, state, position = restored

@@ -21,7 +21,7 @@ from tx import workdir as wd
 from tx.data import dataset
 from tx.data.pipeline import filter_for_training
 from tx.data.sources import DataError, NotPrepared
-from tx.train import runcard, runlock
+from tx.train import init_from, runcard, runlock
 from tx.train.distributed import sync_flags
 
 SPLITS = ("train", "dev", "test")
@@ -47,7 +47,7 @@ def prepare(cfg: ml_collections.ConfigDict, workdir: str, *, take_over_lock: boo
     started = time.time()
     with runlock.hold(workdir, take_over=take_over_lock):
         wd.check_config(cfg, workdir)
-        tokenizer = dataset.vocabulary(cfg.data, workdir)
+        tokenizer = init_from.vocabulary(cfg, workdir)  # train.init_from: the source's
         splits = {}
         for split in splits_of(cfg.data):
             ids = dataset.split_ids(cfg.data, workdir, tokenizer, split)

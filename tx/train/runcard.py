@@ -8,7 +8,9 @@ Every `train` segment (a fresh start or a resume) appends one entry to `segments
 included), the hardware (CPU model, devices, the backend's platform version), the time it spent
 preparing data, the steps it added, the real tokens it trained on, its wall time and its model
 FLOPs. `data` records where the text came from (files and their sha256, or the TFDS dataset and
-version), the pairs read, kept and dropped per split, and the vocabulary's sha256. The entry is
+version), the pairs read, kept and dropped per split, and the vocabulary's sha256; `init_from`,
+the run a fine-tuning run started from (tx.train.init_from.record: its path, checkpoint or
+average and steps, the vocabulary's sha256 and files). The entry is
 rewritten at every checkpoint, so a segment that is killed counts up to its last checkpoint:
 exactly the steps the next segment resumes from (time spent after that checkpoint is lost work
 and is not counted). `average` records which checkpoints it averaged; `evaluate` records every
@@ -326,6 +328,12 @@ def markdown(card: dict) -> str:
         + (f"; mean MFU {t['mean_mfu']:.3f}" if t["mean_mfu"] is not None else ""),
     ]
     lines += _data_lines(card.get("data"))
+    if "init_from" in card:  # tx.train.init_from.record
+        f = card["init_from"]
+        lines.append(
+            f"- started from {f['path']}: its {f['parameters']} of step {f['step']} (training "
+            f"steps {f['steps']}), vocabulary sha256 `{f['vocabulary_sha256'][:16]}`"
+        )
     for s in card.get("segments", []):
         hw = s["hardware"]
         dirty = " (dirty)" if s.get("dirty") else ""

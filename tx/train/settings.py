@@ -56,6 +56,21 @@ def defaults() -> dict[str, dict]:
         best_metric="dev_bleu",  # a key of BEST_METRICS, evaluated every BEST_METRICS[it] steps
         early_stopping_patience=0,  # stop after this many evaluations without a better one
         peak_tflops=0.0,  # per device, for MFU; 0 = look up by device kind
+        # Fine-tuning (tx.train.init_from): start from another run's parameters instead of
+        # random ones: its workdir (its newest average, else its latest checkpoint), one of its
+        # checkpoints (W/checkpoints/STEP) or averages (W/averaged/STEP), or a model
+        # `python -m tx import` wrote; local or in a bucket. The run takes the source's
+        # vocabulary (data.vocab_size must be the source's; data.vocab_path empty or the
+        # source's file) and starts at step 0 with a fresh Adam, its own optim schedule and its
+        # own data order. Fixed with the run: resuming goes on from the run's own checkpoints
+        # and never reads the source again. "" = random initialisation.
+        init_from="",
+        # With init_from, a model config that differs from the source's in more than what
+        # leaves the parameters as they are (dropout rates, dtype, attention_impl, max_len,
+        # forget_bias) is refused naming the keys. True lets it differ: the parameters the
+        # source lacks (model.attention_bias added, say) start from their initialisation, and
+        # every parameter both have must still have the source's shape.
+        init_from_new_params=False,
     )
     mesh = dict(
         shape=dict(data=-1, fsdp=1, tensor=1),  # one -1 is filled from the device count
@@ -104,6 +119,8 @@ def check(c) -> None:
             f"{c.cfg.train.loss_chunk_tokens}"
         )
     c.unit("train.label_smoothing", "optim.b1", "optim.b2")
+    if c.get("train.init_from_new_params") and not c.get("train.init_from"):
+        c.fail("train.init_from_new_params=True needs train.init_from (the run to start from)")
     _check_best(c)
     for axis, size in c.cfg.mesh.shape.items():
         if axis not in AXES:
