@@ -1,6 +1,7 @@
-"""`python -m tx export --workdir W --format ctranslate2 --out DIR [--quantization int8]`: a
-CTranslate2 model of the run's (averaged) parameters, with its vocabulary and config
-(tx.infer.export); prints what tx_export.json records."""
+"""`python -m tx export --workdir W --format ctranslate2|huggingface --out DIR`: the run's
+(averaged) parameters with its vocabulary and config as a CTranslate2 model (`--quantization
+int8` and others) or a Hugging Face MarianMTModel directory (float32), tx.infer.export; prints
+what tx_export.json records."""
 
 from __future__ import annotations
 
@@ -17,23 +18,29 @@ def add_options(p: argparse.ArgumentParser) -> None:
     options.workdir(p, "the run to export")
     options.checkpoint(p)
     p.add_argument(
-        "--out", metavar="DIR", help="where the export goes, a directory or gs://, s3:// (required)"
+        "--out",
+        metavar="DIR",
+        required=True,
+        help="where the export goes, a directory or gs://, s3://",
     )
-    p.add_argument("--format", default="ctranslate2", help="the format")
+    p.add_argument(
+        "--format",
+        default="ctranslate2",
+        choices=("ctranslate2", "huggingface"),  # tx.infer.export.FORMATS
+        help="ctranslate2: CTranslate2's model (translate --engine ctranslate2, serve); "
+        "huggingface: MarianMTModel and MarianTokenizer files for transformers",
+    )
     p.add_argument(
         "--quantization",
         default="float32",
-        choices=("float32", "int8", "int16", "float16"),
-        help="weight type",
+        choices=("float32", "int8", "int16", "float16"),  # tx.infer.export.QUANTIZATIONS
+        help="weight type (ctranslate2; huggingface is float32)",
     )
 
 
 def run(args: argparse.Namespace, cfg) -> int:
-    from tx.config import ConfigError
     from tx.infer.export import export
 
-    if not args.out:
-        raise ConfigError("export needs --out DIR")
     record = export(
         cfg,
         args.workdir,

@@ -37,7 +37,7 @@ import numpy as np
 
 from tx import storage
 from tx.data.sources import NotPrepared, ParallelText, file_sha256
-from tx.data.tokenizer import Tokenizer
+from tx.data.tokenizer import MappedTokenizer, Tokenizer
 
 CHUNK = 20_000  # sentence pairs per worker task
 FILES = ("src_ids", "src_offsets", "tgt_ids", "tgt_offsets")
@@ -121,9 +121,9 @@ def _encode_all(text: ParallelText, tokenizer: Tokenizer, workers: int):
         return [_encode_chunk_with(tokenizer, c) for c in chunks]
     # spawn, not fork: the parent may already run JAX or TensorFlow threads.
     ctx = multiprocessing.get_context("spawn")
-    # The model's bytes, not its path: the workers read nothing (a bucket's object included).
-    initargs = (tokenizer.path, tokenizer.model_bytes)
-    with ctx.Pool(workers, initializer=_init_worker, initargs=initargs) as pool:
+    # The tokenizer pickles with its files' bytes: the workers read nothing (a bucket's
+    # object included).
+    with ctx.Pool(workers, initializer=_init_worker, initargs=(tokenizer,)) as pool:
         return list(pool.imap(_encode_chunk, chunks))
 
 
@@ -132,12 +132,12 @@ def _chunked(it, n):
         yield chunk
 
 
-_WORKER_TOKENIZER: Tokenizer | None = None
+_WORKER_TOKENIZER: Tokenizer | MappedTokenizer | None = None
 
 
-def _init_worker(model_path: str, model_bytes: bytes) -> None:
+def _init_worker(tokenizer: Tokenizer | MappedTokenizer) -> None:
     global _WORKER_TOKENIZER
-    _WORKER_TOKENIZER = Tokenizer(model_path, model_bytes)
+    _WORKER_TOKENIZER = tokenizer
 
 
 def _encode_chunk(chunk):
@@ -147,7 +147,7 @@ def _encode_chunk(chunk):
 def _encode_chunk_with(tokenizer: Tokenizer, chunk):
     """Ids of a chunk as compact arrays: (src ids, src lengths, tgt ids, tgt lengths)."""
     src = tokenizer.encode_batch([s for s, _ in chunk])
-    tgt = tokenizer.encode_batch([t for _, t in chunk])
+    tgt = tokenizer.encode_batch([t for _, t in chunk], target=True)
     return (*_flatten(src), *_flatten(tgt))
 
 

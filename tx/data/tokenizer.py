@@ -1,22 +1,46 @@
-"""A SentencePiece vocabulary shared by source and target (section 5.1).
+"""A run's vocabulary: one SentencePiece model shared by source and target (section 5.1), or,
+for a model imported from Hugging Face (Marian, OPUS-MT: tx.infer.huggingface_io), two
+SentencePiece models mapped through one vocabulary.
 
-Every vocabulary tx trains reserves the ids of tx.tokens (pad, EOS, unk, BOS); a model given
-with `data.vocab_path` is checked against them.
+    Tokenizer         spm.model: tx's own. Every vocabulary tx trains reserves the ids of
+                      tx.tokens (pad, EOS, unk, BOS); a model given with `data.vocab_path` is
+                      checked against them.
+    MappedTokenizer   source.spm, target.spm, vocab.json (Marian's own files): source text is
+                      cut into pieces by source.spm, target text by target.spm, and each piece
+                      is the id vocab.json gives it, renumbered in tx's order (`import_order`)
+
+Both have one interface: `encode(text, target=False)` (a caller encoding target text, such as
+the token cache or a forced reference, says `target=True`), `encode_batch`, `decode` (target
+text), `piece(id)`, `vocab_size`, `fingerprint` (the sha256 recorded in vocab.sha256), and they
+pickle (the token cache's worker processes receive them).
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import random
 import tempfile
 from collections.abc import Iterable, Sequence
 
+import numpy as np
 import sentencepiece as spm
 
 from tx import storage
 from tx import workdir as wd
 from tx.tokens import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+
+
+def content(ids: Iterable[int]) -> list[int]:
+    """The ids a decoder's output says: up to the first EOS, without padding and BOS."""
+    out = []
+    for i in map(int, ids):
+        if i == EOS_ID:
+            break
+        if i not in (PAD_ID, BOS_ID):
+            out.append(i)
+    return out
 
 
 class VocabularyError(ValueError):
@@ -58,23 +82,147 @@ class Tokenizer:
         """sha256 of the model file: identifies the vocabulary in caches and checkpoints."""
         return hashlib.sha256(self.model_bytes).hexdigest()
 
-    def encode(self, text: str) -> list[int]:
-        """Text -> ids with EOS appended; an empty string gives [EOS]."""
+    def __reduce__(self):
+        return Tokenizer, (self.path, self.model_bytes)
+
+    def encode(self, text: str, target: bool = False) -> list[int]:
+        """Text -> ids with EOS appended; an empty string gives [EOS]. One model encodes both
+        sides (`target` as MappedTokenizer's)."""
         return self.sp.encode(text) + [EOS_ID]
 
-    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+    def encode_batch(self, texts: Sequence[str], target: bool = False) -> list[list[int]]:
         return [ids + [EOS_ID] for ids in self.sp.encode(list(texts))]
+
+    def piece(self, i: int) -> str:
+        """The piece of id `i` as SentencePiece spells it ("▁" starts a word)."""
+        return self.sp.id_to_piece(int(i))
 
     def decode(self, ids: Iterable[int]) -> str:
         """Ids -> text, stopping at the first EOS and skipping padding and BOS."""
-        out = []
-        for i in ids:
-            i = int(i)
-            if i == EOS_ID:
-                break
-            if i not in (PAD_ID, BOS_ID):
-                out.append(i)
-        return self.sp.decode(out)
+        return self.sp.decode(content(ids))
+
+
+# An imported Marian run's vocabulary (tx.workdir.VOCABULARY_FILES), as Marian names its files.
+SOURCE_SPM, TARGET_SPM, VOCAB_JSON = "source.spm", "target.spm", "vocab.json"
+MAPPED_FILES = (SOURCE_SPM, TARGET_SPM, VOCAB_JSON)
+# The pieces Marian's vocab.json gives its special tokens (MarianTokenizer's defaults).
+MARIAN_PAD, MARIAN_EOS, MARIAN_UNK = "<pad>", "</s>", "<unk>"
+BOS_PIECE = "<s>"  # tx's start token, which Marian's vocabularies lack (a row tx adds)
+
+
+class MappedTokenizer:
+    """Two SentencePiece models (source.spm, target.spm) whose pieces are ids through one
+    vocabulary (vocab.json: piece -> Marian id), as transformers' MarianTokenizer reads them:
+    text -> pieces (the side's model) -> vocab.json's id (<unk>'s for a piece it lacks) -> tx's
+    id (`import_order`: tx's reserved ids first). Ids decode to target text through
+    target.spm; <s> is never produced."""
+
+    def __init__(self, directory: str, files: dict[str, bytes] | None = None):
+        """`directory`: a run (local or a bucket's prefix) holding MAPPED_FILES, read whole,
+        unless `files` ({name: content}) gives them already read."""
+        if files is None:
+            files = {}
+            for name in MAPPED_FILES:
+                path = storage.join(directory, name)
+                if not storage.exists(path):
+                    raise VocabularyError(f"{path} is missing: the run's vocabulary is incomplete")
+                files[name] = storage.read_bytes(path)
+        self.path, self.files = directory, files
+        self.source_sp = _processor(files[SOURCE_SPM], storage.join(directory, SOURCE_SPM))
+        self.target_sp = _processor(files[TARGET_SPM], storage.join(directory, TARGET_SPM))
+        vocab = read_vocab(files[VOCAB_JSON], storage.join(directory, VOCAB_JSON))
+        self.order = import_order(vocab)  # [V] Marian id of each tx id, -1 for <s>
+        by_marian = {i: p for p, i in vocab.items()}
+        self.pieces = [by_marian[m] if m >= 0 else BOS_PIECE for m in self.order]
+        self.ids = {by_marian[m]: t for t, m in enumerate(self.order) if m >= 0}
+
+    def __reduce__(self):
+        return MappedTokenizer, (self.path, self.files)
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.order)
+
+    @property
+    def sp(self):
+        """The source side's SentencePiece model (what counts an input's pieces)."""
+        return self.source_sp
+
+    @property
+    def fingerprint(self) -> str:
+        """sha256 of the lines "<file> <its sha256>" of MAPPED_FILES, in that order."""
+        lines = "".join(f"{n} {hashlib.sha256(self.files[n]).hexdigest()}\n" for n in MAPPED_FILES)
+        return hashlib.sha256(lines.encode()).hexdigest()
+
+    def encode(self, text: str, target: bool = False) -> list[int]:
+        """Text -> ids with EOS appended; `target`: cut by target.spm, else source.spm."""
+        return self.encode_batch([text], target)[0]
+
+    def encode_batch(self, texts: Sequence[str], target: bool = False) -> list[list[int]]:
+        sp = self.target_sp if target else self.source_sp
+        split = [_language_code(t) for t in texts]
+        pieces = sp.encode([text for _, text in split], out_type=str)
+        get = self.ids.get
+        return [
+            [get(p, UNK_ID) for p in code + ps] + [EOS_ID]
+            for (code, _), ps in zip(split, pieces, strict=True)
+        ]
+
+    def decode(self, ids: Iterable[int]) -> str:
+        """Ids -> target text (as MarianTokenizer decodes with target.spm), stopping at the
+        first EOS and skipping padding and BOS. A piece target.spm lacks is written as it
+        is spelled, "▁" a space."""
+        pieces = [self.pieces[i] for i in content(ids)]
+        return self.target_sp.decode_pieces(pieces).replace("▁", " ").strip()
+
+    def piece(self, i: int) -> str:
+        return self.pieces[int(i)]
+
+
+def _language_code(text: str) -> tuple[list[str], str]:
+    """A leading ">>xx<<" (multilingual OPUS-MT models' target language) as a piece of its own,
+    and the rest of the text: MarianTokenizer's `remove_language_code`."""
+    end = text.find("<<") if text.startswith(">>") else -1
+    return ([text[: end + 2]], text[end + 2 :]) if end != -1 else ([], text)
+
+
+def _processor(model_bytes: bytes, path: str) -> spm.SentencePieceProcessor:
+    try:
+        return spm.SentencePieceProcessor(model_proto=model_bytes)
+    except RuntimeError as e:  # sentencepiece's parse error names neither file nor cause
+        raise VocabularyError(
+            f"{path} is not a SentencePiece model (damaged or replaced?): "
+            f"{str(e).splitlines()[0][:200]}"
+        ) from e
+
+
+def read_vocab(data: bytes, path: str) -> dict[str, int]:
+    """vocab.json: {piece: id}, the ids 0 .. N-1 each once, with Marian's special pieces."""
+    try:
+        vocab = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise VocabularyError(f"{path} is not a JSON vocabulary: {e}") from e
+    if not isinstance(vocab, dict) or sorted(vocab.values()) != list(range(len(vocab))):
+        raise VocabularyError(f"{path} does not give the ids 0 .. N-1 once each to pieces")
+    missing = [p for p in (MARIAN_EOS, MARIAN_UNK, MARIAN_PAD) if p not in vocab]
+    if missing:
+        raise VocabularyError(f"{path} lacks {', '.join(missing)}: not a Marian vocabulary")
+    return vocab
+
+
+def import_order(vocab: dict[str, int]) -> np.ndarray:
+    """[N + 1] int: the Marian id (vocab.json's) of each tx id, -1 for tx's <s> (a row Marian
+    lacks). tx's reserved ids come first (PAD_ID, EOS_ID, UNK_ID, BOS_ID: tx.tokens), then
+    Marian's other ids in their order."""
+    reserved = {
+        PAD_ID: vocab[MARIAN_PAD],
+        EOS_ID: vocab[MARIAN_EOS],
+        UNK_ID: vocab[MARIAN_UNK],
+        BOS_ID: -1,
+    }
+    taken = set(reserved.values())
+    rest = [i for i in range(len(vocab)) if i not in taken]
+    return np.asarray([reserved[t] for t in range(len(reserved))] + rest, np.int64)
 
 
 def train_tokenizer(
@@ -169,11 +317,27 @@ def check_vocabulary(workdir: str, tokenizer) -> None:
         storage.write_text(path, tokenizer.fingerprint + "\n")
 
 
-def run_tokenizer(workdir: str) -> Tokenizer:
-    """The vocabulary of a trained run, `workdir/spm.model`, checked against the sha256 the run
-    recorded: the checkpoints only make sense with that exact vocabulary, so a damaged or
-    replaced one is refused, naming the file (it cannot be rebuilt)."""
-    path, recorded = wd.vocab_file(workdir), wd.vocab_hash_file(workdir)
+def run_tokenizer(workdir: str) -> Tokenizer | MappedTokenizer:
+    """The vocabulary of a trained run, checked against the sha256 the run recorded: its
+    `spm.model`, or (an imported Marian model, or a run fine-tuned from one) source.spm,
+    target.spm and vocab.json when it has vocab.json. The checkpoints only make sense with
+    that exact vocabulary, so a damaged or replaced one is refused, naming the file (it cannot
+    be rebuilt)."""
+    recorded = wd.vocab_hash_file(workdir)
+    if storage.exists(storage.join(workdir, VOCAB_JSON)):
+        tokenizer = MappedTokenizer(workdir)
+        if storage.exists(recorded):
+            want = storage.read_text(recorded).strip()
+            if tokenizer.fingerprint != want:
+                raise VocabularyError(
+                    f"{workdir}'s vocabulary ({', '.join(MAPPED_FILES)}) is damaged or "
+                    f"replaced: its sha256 {tokenizer.fingerprint[:12]} is not the {want[:12]} "
+                    f"this run recorded in {recorded}. The checkpoints need that exact "
+                    "vocabulary: restore the files from a copy (the model directory it was "
+                    "imported from, or an export of this run)"
+                )
+        return tokenizer
+    path = wd.vocab_file(workdir)
     if not storage.exists(path):
         raise VocabularyError(f"{path} is missing: the run's vocabulary cannot be rebuilt")
     if storage.exists(recorded):

@@ -94,4 +94,4 @@ def sentence_maps(loaded, source_ids, target_ids) -> AttentionMaps:
 def pieces(tokenizer, ids) -> list[str]:
     """Sub-word pieces of `ids` as SentencePiece spells them ("▁" starts a word), EOS as </s>."""
     special = {EOS_ID: "</s>", BOS_ID: "<s>"}
-    return [special.get(int(i)) or tokenizer.sp.id_to_piece(int(i)) for i in ids]
+    return [special.get(int(i)) or tokenizer.piece(int(i)) for i in ids]

@@ -1,7 +1,10 @@
 """Exporting a trained workdir to CTranslate2, the C++ inference engine translation users deploy
-(beam search, int8/int16/float16 weights, batching, CPU and GPU).
+(beam search, int8/int16/float16 weights, batching, CPU and GPU), or to Hugging Face's
+MarianMTModel (what transformers and its Hub serve: tx.infer.huggingface_io says what the
+directory holds and how the two searches' length penalties map).
 
     python -m tx export --workdir W --format ctranslate2 --out DIR [--quantization int8]
+    python -m tx export --workdir W --format huggingface --out DIR
 
 DIR holds CTranslate2's own files (model.bin, config.json, shared_vocabulary.json) and ours:
   spm.model        the run's SentencePiece model (tokenize before, detokenize after)
@@ -24,8 +27,10 @@ How tx's Transformer maps onto CTranslate2's TransformerSpec (ctranslate2.specs)
                             (add_source_eos), as tx.data.tokenizer.Tokenizer.encode does.
   PAD and BOS never output  tx.infer.search masks them (log_probs); here a projection bias of
                             NEVER_LOGIT on their rows does the same for any CTranslate2 user.
-Configs CTranslate2 cannot express are refused (ExportError), never exported approximately.
-The export is written to a temporary directory beside DIR and renamed: a failed export leaves
+Configs CTranslate2 cannot express are refused (ExportError), never exported approximately;
+so are the model options an imported Marian model brings (activation, biases, a zero decoder
+start): export those with --format huggingface and convert that with ct2-transformers-converter.
+Either format is written to a temporary directory beside DIR and renamed: a failed export leaves
 no half model. DIR may be a bucket's prefix (gs://, s3://), which has no renames: the export is
 written locally, then uploaded, and it is complete once tx_export.json, uploaded last, is there
 (`_upload`).
@@ -47,7 +52,7 @@ from tx.model.layers import sinusoidal_encoding
 from tx.model.transformer_config import ModelConfig
 from tx.tokens import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
-FORMATS = ("ctranslate2",)
+FORMATS = ("ctranslate2", "huggingface")
 QUANTIZATIONS = ("float32", "int8", "int16", "float16")
 # Positions the sinusoidal table covers when model.max_len is smaller (sines have no table in
 # tx; CTranslate2 needs one). Input tokens and input + max_extra_len output tokens must fit.
@@ -76,32 +81,73 @@ def export(
     checkpoint_step: int | None = None,
 ) -> dict:
     """Exports `workdir`'s parameters (averaged if any, else the latest; or `checkpoint_step`)
-    to `out` and returns what tx_export.json records."""
+    to `out` in `fmt` (FORMATS) and returns what tx_export.json records."""
     if fmt not in FORMATS:
         raise ExportError(f"--format {fmt!r}: supported formats are {', '.join(FORMATS)}")
     if quantization not in QUANTIZATIONS:
         raise ExportError(f"--quantization {quantization!r}: one of {', '.join(QUANTIZATIONS)}")
     mc = model_config(cfg)
-    check_exportable(mc)
+    if fmt == "huggingface":
+        from tx.infer import huggingface
+
+        if quantization != "float32":
+            raise ExportError(
+                f"--quantization {quantization}: the Hugging Face export is float32 "
+                "(CTranslate2 quantizes: --format ctranslate2)"
+            )
+        huggingface.check_exportable(mc)
+    else:
+        check_exportable(mc)
     _check_destination(out)
-    from tx.data.tokenizer import run_tokenizer
+    from tx.data.tokenizer import Tokenizer, run_tokenizer
     from tx.infer.translate import load_model
 
     tokenizer = run_tokenizer(workdir)
-    pieces = vocabulary(tokenizer.sp, mc.vocab_size)
+    if fmt == "ctranslate2" and not isinstance(tokenizer, Tokenizer):
+        raise ExportError(
+            f"{workdir}'s vocabulary is two SentencePiece models (an imported Marian model's): "
+            "export with --format huggingface and convert that with ct2-transformers-converter"
+        )
     loaded = load_model(cfg, workdir, checkpoint_step)
     params = _to_numpy(loaded.params)
-    spec = transformer_spec(mc, params, pieces)
+    if fmt == "huggingface":
+        from tx.infer import huggingface_io
+
+        positions = huggingface_io.max_positions(cfg, workdir)
+
+        def write(tmp: str) -> None:
+            huggingface_io.write_export(tmp, cfg, mc, params, tokenizer, workdir)
+
+    else:
+        spec = transformer_spec(mc, params, vocabulary(tokenizer.sp, mc.vocab_size))
+        positions = int(spec.encoder.position_encodings.encodings.shape[0])
+
+        def write(tmp: str) -> None:
+            spec.optimize(quantization=None if quantization == "float32" else quantization)
+            spec.save(tmp)
+            with open(os.path.join(tmp, VOCAB_FILE), "wb") as f:  # the run's may be an object
+                f.write(tokenizer.model_bytes)
+
     record = {
         "format": fmt,
         "quantization": quantization,
         "checkpoint": loaded.source,
         "workdir": storage.absolute(workdir),
-        "max_positions": int(spec.encoder.position_encodings.encodings.shape[0]),
+        "max_positions": positions,
         "vocab_sha256": tokenizer.fingerprint,
     }
-    _write_atomic(out, spec, quantization, tokenizer, cfg, record)
+    _write_atomic(out, write, cfg, record)
     return {"out": out, **record}
+
+
+# Model options (tx.model.transformer_config) tx's CTranslate2 export does not write, at the
+# values that need none (the paper's model); an imported Marian model sets them all.
+_PAPER_ONLY = (
+    ("activation", "relu"),
+    ("attention_bias", False),
+    ("logits_bias", False),
+    ("decoder_start", "token"),
+)
 
 
 def check_exportable(mc: ModelConfig) -> None:
@@ -113,6 +159,12 @@ def check_exportable(mc: ModelConfig) -> None:
         raise ExportError(
             f"model.d_k={mc.d_k} != model.d_v={mc.d_v}: CTranslate2 has one head width "
             "(head_dim) for queries, keys and values"
+        )
+    options = [f"model.{k}={getattr(mc, k)!r}" for k, v in _PAPER_ONLY if getattr(mc, k) != v]
+    if options:
+        raise ExportError(
+            f"{', '.join(options)}: tx's CTranslate2 export writes the paper's Transformer; "
+            "export with --format huggingface and convert that with ct2-transformers-converter"
         )
 
 
@@ -245,8 +297,9 @@ def _check_destination(out: str) -> None:
         raise ExportError(f"--out {out} exists and is not a tx export: choose a new directory")
 
 
-def _write_atomic(out, spec, quantization, tokenizer, cfg, record) -> None:
-    """Everything goes into a local temporary directory (beside a local `out`), which is
+def _write_atomic(out, write, cfg, record) -> None:
+    """Everything goes into a local temporary directory (beside a local `out`): the format's
+    files (`write(directory)`), the run's config and, last, the record. The directory is
     renamed to `out` at the end, or uploaded to a bucket's `out` (`_upload`)."""
     remote = storage.is_remote(out)
     parent = None if remote else os.path.dirname(os.path.abspath(out))
@@ -257,10 +310,7 @@ def _write_atomic(out, spec, quantization, tokenizer, cfg, record) -> None:
     os.umask(umask)
     os.chmod(tmp, 0o777 & ~umask)  # mkdtemp's 0700 would hide the model from its server
     try:
-        spec.optimize(quantization=None if quantization == "float32" else quantization)
-        spec.save(tmp)
-        with open(os.path.join(tmp, VOCAB_FILE), "wb") as f:  # the run's may be an object
-            f.write(tokenizer.model_bytes)
+        write(tmp)
         with open(os.path.join(tmp, CONFIG_FILE), "w") as f:
             f.write(cfg.to_json_best_effort(indent=2, sort_keys=True))
         if remote:

@@ -19,10 +19,17 @@ differs is written down here once, in both directions:
     feed-forward wi [m, f] / wo [f, m] are fc1 / fc2 transposed; model.activation
     logits       model.logits_bias is final_logits_bias; a model without one gets -1e4 on PAD
                  and BOS, which tx's search never emits (exp(-1e4) is 0 in float32)
-    vocabulary   tx's ids are Marian's ids (exported); OPUS-MT's put </s> at 0, <unk> at 1 and
-                 <pad> last, and have no <s>: imported, their rows are reordered to tx's
-                 (`import_order`), with a zero row for <s> (the decoder starts from zeros)
-    LayerNorm    Marian's epsilon is torch's default, 1e-5 (model.layer_norm_epsilon on import)
+    vocabulary   Marian's ids are OPUS-MT's order: </s> 0, <unk> 1, <pad> last, no <s>. A tx
+                 run exported keeps its pieces in its order but moves <pad> (tx's 0) to the
+                 end (`export_order`: id t is Marian's t - 1), as CTranslate2's converter
+                 expects (it drops the last row as <pad>'s); its <s> stays a piece whose
+                 logit is -1e4. Imported, Marian's rows are reordered to tx's
+                 (`import_order`), with a zero row for <s> (the decoder starts from zeros);
+                 an imported run exports back with its own ids
+    LayerNorm    Marian's epsilon is torch's default, 1e-5 (model.layer_norm_epsilon on import);
+                 a tx run with another (1e-6 by default) is exported as it is: each norm then
+                 differs by a relative (1e-5 - 1e-6) / (2 var) of its input's variance, ~1e-6
+                 of the logits of the demo's model (tests/test_huggingface.py)
 
 Shape letters: m d_model, h heads, d head width, f d_ff, V vocabulary.
 """
@@ -31,9 +38,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from tx.config import ConfigError
+from tx.data import tokenizer as tokenizers
 from tx.model.layers import sinusoidal_encoding
 from tx.model.transformer_config import ModelConfig
-from tx.tokens import BOS_ID, EOS_ID, PAD_ID, UNK_ID
+from tx.tokens import BOS_ID, EOS_ID, PAD_ID
 
 NEVER_LOGIT = -1.0e4  # as tx.infer.export's: PAD and BOS get probability 0
 MARIAN_LAYER_NORM_EPSILON = 1e-5  # torch.nn.LayerNorm's default, which Marian keeps
@@ -43,7 +52,7 @@ ACTIVATIONS = {"relu": "relu", "swish": "swish", "gelu": "gelu"}  # tx -> transf
 FROM_ACTIVATIONS = {"relu": "relu", "swish": "swish", "silu": "swish", "gelu": "gelu"}
 
 
-class HuggingFaceError(ValueError):
+class HuggingFaceError(ConfigError):
     """A model one side cannot express: one line saying what and what serves it instead."""
 
 
@@ -105,8 +114,6 @@ def marian_config(mc: ModelConfig, max_positions: int, order: np.ndarray | None 
         "scale_embedding": True,
         "share_encoder_decoder_embeddings": True,
         "tie_word_embeddings": True,
-        "normalize_before": False,
-        "static_position_embeddings": True,
         "dropout": mc.dropout_rate,
         "attention_dropout": mc.attention_dropout_rate,
         "activation_dropout": mc.relu_dropout_rate,
@@ -267,23 +274,33 @@ def model_section(config: dict) -> dict:
 
 
 def import_order(vocab: dict[str, int], config: dict) -> np.ndarray:
-    """[V + 1] int: the Marian id of each tx id, -1 for tx's <s> (a zero row). tx's reserved
-    ids come first (PAD_ID, EOS_ID, UNK_ID, BOS_ID: tx.tokens), then Marian's other tokens in
-    their order."""
-    pad, eos = int(config["pad_token_id"]), int(config["eos_token_id"])
-    unk = vocab.get("<unk>")
-    if unk is None:
+    """[V + 1] int: the Marian id of each tx id, -1 for tx's <s> (a zero row): the order of
+    tx.data.tokenizer.import_order, for a model whose config.json agrees with its vocab.json."""
+    if "<unk>" not in vocab:
         raise HuggingFaceError("vocab.json has no <unk>: not a Marian tokenizer's vocabulary")
+    pad, eos = int(config["pad_token_id"]), int(config["eos_token_id"])
     if int(config.get("decoder_start_token_id", pad)) != pad:
         raise HuggingFaceError(
             "decoder_start_token_id is not pad_token_id: tx imports Marian models whose "
             "decoder starts from <pad> (a zero embedding), as OPUS-MT's"
         )
-    size = int(config["vocab_size"])
-    reserved = {PAD_ID: pad, EOS_ID: eos, UNK_ID: unk, BOS_ID: -1}
-    rest = [i for i in range(size) if i not in (pad, eos, unk)]
-    order = [reserved[t] for t in range(len(reserved))] + rest
-    return np.asarray(order, np.int64)
+    have = {
+        "vocab_size": (int(config["vocab_size"]), len(vocab)),
+        "pad_token_id": (pad, vocab.get(tokenizers.MARIAN_PAD)),
+        "eos_token_id": (eos, vocab.get(tokenizers.MARIAN_EOS)),
+    }
+    differ = [f"{k} {a} (vocab.json: {b})" for k, (a, b) in have.items() if a != b]
+    if differ:
+        raise HuggingFaceError(
+            "config.json and vocab.json disagree: " + "; ".join(differ) + " (tx reads the "
+            "special tokens as MarianTokenizer names them: <pad>, </s>, <unk>)"
+        )
+    return tokenizers.import_order(vocab)
+
+
+def export_order(vocab_size: int) -> np.ndarray:
+    """[V] int: the Marian id of each of a tx run's ids, t - 1 and <pad> (0) last."""
+    return (np.arange(vocab_size) - 1) % vocab_size
 
 
 def from_marian(mc: ModelConfig, state: dict, order: np.ndarray) -> dict:
