@@ -88,3 +88,37 @@ def test_progress_reports_the_unlikelihood_term_per_token_when_trained_with_it()
     assert out["loss"] == pytest.approx(12.0 / 8.0)
     window.add(3, step_metrics(None), (8, 8))
     assert "unlikelihood" not in window.drain(Throughput(1, 0.0))
+
+
+def test_eta_and_step_count_follow_whichever_ends_the_run_first(monkeypatch):
+    """train.max_minutes ends a run before num_steps: the ETA is the time left and the count
+    runs to the step the budget reaches at the last step time; otherwise as before."""
+    monkeypatch.setattr(monitor.time, "monotonic", lambda: 1000.0)
+    metrics = {
+        "loss": 2.5,
+        "learning_rate": 1e-3,
+        "src_tokens_per_step": 1_000.0,
+        "tgt_tokens_per_step": 1_000.0,
+        "tokens_per_sec": 2_000.0,
+        "mfu": 0.1,
+        "step_time": 2.0,
+    }
+
+    def line(deadline, total=1000):
+        out = io.StringIO()
+        Progress(total, enabled=True, stream=out, deadline=deadline).update(10, metrics)
+        return out.getvalue()
+
+    # 990 steps x 2 s = 33 min to go, 27 min left: the budget ends the run at step 10 + 810.
+    assert line(1000.0 + 27 * 60).startswith("step 10/~820 (time limit) | loss 2.500")
+    assert line(1000.0 + 27 * 60).endswith(" | ETA 27m00s\n")
+    # 90 steps x 2 s = 3 min to go, 27 min left: num_steps ends it.
+    assert line(1000.0 + 27 * 60, total=100).startswith("step 10/100 | ")
+    assert line(1000.0 + 27 * 60, total=100).endswith(" | ETA 3m00s\n")
+    assert line(None) == line(1e9)  # no budget, or one that outlasts num_steps: the same
+    past = line(900.0)  # past the deadline: the run stops at this step
+    assert past.startswith("step 10/~10 (time limit) | ") and past.endswith(" | ETA 0m00s\n")
+    no_time = {**metrics, "step_time": math.nan}  # no step timed yet: no ETA either way
+    out = io.StringIO()
+    Progress(100, enabled=True, stream=out, deadline=1060.0).update(0, no_time)
+    assert out.getvalue().startswith("step 0/100 | ") and out.getvalue().endswith("ETA ?\n")

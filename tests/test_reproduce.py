@@ -98,10 +98,10 @@ def test_gpu_names_are_spelled_as_compile_spells_them():
 @pytest.mark.parametrize(
     "args,message",
     [
-        (["--table", "5"], "--table 5"),
+        (["--table", "5"], "--table: invalid choice: 5 (choose from 2, 3, 4)"),
         (["--table", "3", "--rows", "A1,Z9"], "Table 3 has no row Z9"),
         (["--table", "3", "--hardware", "x100"], "--hardware x100"),
-        (["--table", "3", "--scale", "huge"], "--scale huge"),
+        (["--table", "3", "--scale", "huge"], "--scale: invalid choice: 'huge'"),
         (["--table", "3", "--steps", "10"], "--steps N"),
     ],
 )

@@ -1,8 +1,9 @@
 """tx: the original Transformer for machine translation in JAX/Flax.
 
-The package in layers, lowest first: eight wings (packages) and four modules every wing
-shares. A module imports only from its own layer and the layers before it in this list
-(tests/test_layout.py checks it, and that no module imports in a circle):
+The package in layers, lowest first: four modules every wing shares, eight wings (packages)
+and the Python API (tx.api; `tx.load` below). A module imports only from its own layer and
+the layers before it in this list (tests/test_layout.py checks it, and that no module imports
+in a circle):
 
     tx.tokens    the special token ids
     tx.storage   local paths and buckets (gs://, s3://): every read and write of a run's files
@@ -15,7 +16,8 @@ shares. A module imports only from its own layer and the layers before it in thi
     tx.eval    BLEU and chrF, EVALB, evaluating a run
     tx.viz     learning curves, attention maps and other pictures
     tx.paper   whole runs: train -> average -> evaluate, the demo, the paper's tables, the road
-    tx.cli     the command line (`python -m tx`): one module per command, no logic of its own
+    tx.api     tx from Python: `tx.load(run)`, then translate, score and align (see tx/api.py)
+    tx.cli     the command line (`python -m tx`, `tx`): one module per command, no logic of its own
 
 A config section belongs to the wing that reads it: tx/data/settings.py (`data`),
 tx/train/settings.py (`optim`, `train`, `mesh`) and tx/infer/settings.py (`decode`) hold its
@@ -31,6 +33,8 @@ import importlib
 # tx` stays light, so that `python -m tx` starts itself again (tx/__main__.py) before JAX and
 # Flax are imported, not after (1.5 s a command).
 _EXPORTS = {
+    "load": "tx.api",
+    "Model": "tx.api",
     "ConfigError": "tx.config",
     "load_config": "tx.config",
     "model_config": "tx.config",
@@ -66,6 +70,7 @@ LAYERS = [
     "tx.eval",
     "tx.viz",
     "tx.paper",
+    "tx.api",
     "tx.cli",
 ]
 WINGS = ["model", "data", "train", "infer", "eval", "viz", "paper", "cli"]

@@ -1,5 +1,6 @@
-"""`python -m tx COMMAND ...`: starts itself again with glibc's malloc tuned for the command,
-then runs the command line (tx.cli.main)."""
+"""`python -m tx COMMAND ...` and the `tx COMMAND ...` script (pyproject.toml's
+[project.scripts]), both through `entry`: starts itself again with glibc's malloc tuned for
+the command, then runs the command line (tx.cli.main)."""
 
 import os
 import sys
@@ -40,11 +41,17 @@ def command_in(argv: list[str]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The command line in this process, as it is (no restart): for train.py and tests."""
     from tx.cli.main import main as cli_main
 
     return cli_main(argv)
 
 
-if __name__ == "__main__":
+def entry() -> int:
+    """`python -m tx` and the `tx` script: the malloc restart, then the command line."""
     with_malloc_tunables(command_in(sys.argv[1:]))
-    sys.exit(main())
+    return main()
+
+
+if __name__ == "__main__":
+    sys.exit(entry())

@@ -1,5 +1,6 @@
-"""`python -m tx demo [--workdir W]`: the offline demo end to end (configs/demo.py unless
---config): train, average, translate samples, score the test set, draw the pictures."""
+"""`python -m tx demo [--workdir W]`: the offline demo end to end (tx's own config `demo`,
+configs/demo.py, unless --config): train, average, translate samples, score the test set, draw
+the pictures."""
 
 from __future__ import annotations
 
@@ -8,12 +9,12 @@ import argparse
 from tx.cli import options
 
 CONFIG = "file"
-DEFAULT_CONFIG = "configs/demo.py"
+DEFAULT_CONFIG = "demo"  # tx.cli.main.find_config: configs/demo.py
 
 
 def add_options(p: argparse.ArgumentParser) -> None:
-    options.config(p, "default configs/demo.py")
-    options.workdir(p, "the run directory (default runs/demo)")
+    options.config(p, "default: demo")
+    options.workdir(p, "the run directory (default: runs/demo)")
     options.distributed(p)
 
 

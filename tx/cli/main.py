@@ -1,11 +1,13 @@
-"""Command line: python -m tx COMMAND [--config FILE] [--config.key=value ...] [options].
+"""The command line: `python -m tx COMMAND ...` or `tx COMMAND ...` (tx/__main__.py).
 
-Each command is a module of this package (tx/cli/<command>.py): its options (`python -m tx
-COMMAND --help` lists them), how it finds its config (CONFIG), and `run(args, cfg)`, which turns
-the options into keyword arguments of library functions. This module holds what they share:
-the config (--config and --config.KEY=VALUE stand anywhere on the line; the commands that read
-a run reuse its config.json), --workdir and the multi-process options also before the command,
-multi-process start-up, and errors a user can fix as one line on stderr with exit code 2.
+Each command is a module of this package (tx/cli/<command>.py): its options (`add_options`),
+how it finds its config (CONFIG), and `run(args, cfg)`, which turns the options into keyword
+arguments of library functions. This module holds what they share: the parser (tx.cli.options:
+hyphenated options with underscore aliases, defaults in --help, one-line usage errors), the
+config (--config and --config.KEY=VALUE stand anywhere on the line; a name finds one of tx's
+own configs, `find_config`; the commands that read a run reuse its config.json), --workdir and
+the multi-process options also before the command, multi-process start-up, and errors a user
+can fix as one line on stderr with exit code 2.
 """
 
 from __future__ import annotations
@@ -20,8 +22,10 @@ import textwrap
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # before TensorFlow is imported anywhere
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
 
+import tx
 from tx import storage, workdir
 from tx.cli import COMMANDS, options
+from tx.cli.options import UsageError
 from tx.config import ConfigError, load_config, split_config_args
 from tx.train.distributed import LaunchError, ProcessLost, exit_now, initialize, process_lost
 
@@ -31,19 +35,20 @@ MODULES = {name: importlib.import_module(f"tx.cli.{name}") for name in COMMANDS}
 GLOBAL = "global_"  # the dest prefix of options given before the command
 PROCESS_OPTIONS = ("coordinator_address", "num_processes", "process_id")
 
-
-class UsageError(ValueError):
-    """Command-line options that do not make a command."""
+# What `python -m tx --help` says before and after the list of commands.
+ABOUT = "Train, translate with, evaluate and serve Transformer translation models."
+USAGE_NOTES = """\
+Every command takes --config FILE[:ARG], a config file or the name of one of tx's own (base,
+big, demo, small, tiny, table3.py:B1, ...; `--config base` is configs/base.py), and any number
+of --config.SECTION.KEY=VALUE overrides, anywhere on the line. A command that reads a run
+(--workdir W) uses the config the run was trained with. `python -m tx COMMAND --help` lists a
+command's options; `tx COMMAND` is the same as `python -m tx COMMAND`."""
 
 
 def parsers() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParser]]:
     """The top-level parser (the options that may come before the command) and each
     command's own."""
-    p = argparse.ArgumentParser(
-        prog="python -m tx",
-        description=_description(),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = options.Parser(prog="python -m tx", description=_description())
     p.add_argument(
         "--workdir",
         dest=GLOBAL + "workdir",
@@ -62,21 +67,20 @@ def parsers() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
     )
     subparsers = {}
     for name, module in MODULES.items():
-        subparsers[name] = commands.add_parser(
-            name, description=module.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-        )
+        subparsers[name] = commands.add_parser(name, description=module.__doc__)
         module.add_options(subparsers[name])
+        subparsers[name].alias_underscores()
+    p.alias_underscores()
     return p, subparsers
 
 
 def _description() -> str:
-    """This module's docstring with the commands (tx.cli.COMMANDS) after its first line."""
-    title, rest = __doc__.split("\n\n", 1)
+    """ABOUT, the commands (tx.cli.COMMANDS), then USAGE_NOTES."""
     rows = [
         textwrap.fill(text, 100, initial_indent=f"  {name:<10} ", subsequent_indent=" " * 13)
         for name, text in COMMANDS.items()
     ]
-    return "\n".join([title, "", "Commands:", *rows, "", rest])
+    return "\n".join([ABOUT, "", "Commands:", *rows, "", USAGE_NOTES])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -84,9 +88,13 @@ def main(argv: list[str] | None = None) -> int:
     _quiet_libraries()
     rest, config_path, overrides = split_config_args(argv)
     top, subparsers = parsers()
-    args, unknown = top.parse_known_args(rest)
-    if unknown:  # said with the command's usage, not the top level's
-        subparsers[args.command].error(f"unrecognized arguments: {' '.join(unknown)}")
+    try:
+        args, unknown = top.parse_known_args(rest)
+        if unknown:  # said with the command's name, not the top level's
+            subparsers[args.command].error(f"unrecognized arguments: {' '.join(unknown)}")
+    except UsageError as e:
+        print(f"error: {e} (--help lists the options)", file=sys.stderr)
+        return 2
     args.overrides = overrides  # reproduce and road apply them to every run's config
     command = MODULES[args.command]
     try:
@@ -129,10 +137,11 @@ def _merge_global_options(args: argparse.Namespace) -> None:
         args.workdir = None
     for name in PROCESS_OPTIONS:
         before, after = getattr(args, GLOBAL + name), getattr(args, name, None)
+        option = "--" + name.replace("_", "-")
         if before is not None and not hasattr(args, name):
-            raise UsageError(f"{args.command} takes no --{name}")
+            raise UsageError(f"{args.command} takes no {option}")
         if before is not None and after is not None:
-            raise UsageError(f"--{name} given twice")
+            raise UsageError(f"{option} given twice")
         setattr(args, name, after if after is not None else before)
 
 
@@ -140,9 +149,13 @@ def _config(command, args: argparse.Namespace, path: str | None, overrides: list
     """The command's config (its module's CONFIG says how it finds one): "run" commands read
     what `train` wrote in --workdir, so they reuse its config.json (or the one a CTranslate2
     export carries, --model DIR) unless --config is given; "new run" (train) needs --config and
-    --workdir; "file" needs --config or the module's DEFAULT_CONFIG; None needs none."""
+    --workdir; "file" needs --config or the module's DEFAULT_CONFIG; None needs none. A
+    command's `needs_run(args)`, where it has one, says whether these options read a run."""
     if command.CONFIG is None:
         return None
+    path = find_config(path) if path else None
+    if not getattr(command, "needs_run", lambda args: True)(args):
+        return load_config(path or find_config(DEFAULT_CONFIG), overrides)
     model = getattr(args, "model", None)  # the commands with an --engine
     if command.CONFIG in ("run", "new run") and not args.workdir and not model:
         raise UsageError(f"{args.command} needs --workdir DIR")
@@ -158,10 +171,41 @@ def _config(command, args: argparse.Namespace, path: str | None, overrides: list
         and storage.exists(workdir.config_file(args.workdir))
     ):
         path = workdir.config_file(args.workdir)  # resume a run with its own config
-    path = path or getattr(command, "DEFAULT_CONFIG", None)
+    default = getattr(command, "DEFAULT_CONFIG", None)
+    path = path or (find_config(default) if default else None)
     if path is None:
         raise UsageError("--config FILE is required")
     return load_config(path, overrides)
+
+
+DEFAULT_CONFIG = "base"  # a command's config where it reads no run and none is given
+
+
+def configs_dir() -> str:
+    """tx's own configs: the installed package's tx/configs/, or in a source checkout the
+    repository's configs/ (pyproject.toml installs that directory as tx/configs: one copy)."""
+    package = os.path.dirname(os.path.abspath(tx.__file__))
+    installed = os.path.join(package, "configs")
+    return (
+        installed if os.path.isdir(installed) else os.path.join(os.path.dirname(package), "configs")
+    )
+
+
+def find_config(spec: str) -> str:
+    """--config's value as a file, with its `:ARG`: a path that exists (or a bucket's), else
+    one of tx's own configs by name: `base`, `base.py`, `table3.py:B1`, or `configs/base.py`
+    run outside the repository."""
+    path, sep, arg = spec.partition(":") if not storage.is_remote(spec) else (spec, "", "")
+    if storage.is_remote(spec) or os.path.exists(path):
+        return spec
+    name = path.removeprefix("configs/")
+    if "/" in name or os.sep in name:  # a path: read_config says it is not found
+        return spec
+    own = os.path.join(configs_dir(), name if name.endswith(".py") else f"{name}.py")
+    if not os.path.isfile(own):
+        names = sorted(f[:-3] for f in os.listdir(configs_dir()) if f.endswith(".py"))
+        raise ConfigError(f"config file not found: {path} (tx's own configs: {', '.join(names)})")
+    return own + sep + arg
 
 
 def _export_config(model_dir: str) -> str:

@@ -1,5 +1,10 @@
 """Option groups that several commands share: the run directory, checkpoints, the config, the
-inference engine, multi-process start-up. Each command adds the groups it takes."""
+search settings, the inference engine, multi-process start-up. Each command adds the groups it
+takes.
+
+Options are spelled with hyphens (`--align-layer`); each also parses with underscores
+(`--align_layer`, the spelling of tx before, and of JAX's own flags), not shown in --help
+(`Parser.alias_underscores`). --help shows each option's default (`HelpFormatter`)."""
 
 from __future__ import annotations
 
@@ -7,11 +12,65 @@ import argparse
 import contextlib
 
 
+class UsageError(ValueError):
+    """Command-line options that do not make a command."""
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """The commands' descriptions as written, and "(default: X)" after each option that has
+    one (not None, not False) and whose help does not already speak of its default."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if (
+            any(action.default is none for none in (None, False, argparse.SUPPRESS))  # not 0
+            or not action.option_strings
+            or "default" in text
+        ):
+            return text
+        return f"{text} (default: %(default)s)"
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with tx's conventions: a usage error is one line (`UsageError`, which
+    tx.cli.main prints as `error: ...` with exit code 2), and underscore aliases."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, formatter_class=HelpFormatter, **kwargs)
+
+    def error(self, message: str):
+        raise UsageError(f"{self.prog}: {message}")
+
+    def alias_underscores(self) -> None:
+        """Every `--a-b` also parses as `--a_b`, bound to the same option and left out of
+        --help (argparse looks options up in `_option_string_actions`, shared with the
+        parser's argument groups)."""
+        for action in self._actions:
+            for name in action.option_strings:
+                alias = "--" + name[2:].replace("-", "_")
+                if name.startswith("--") and alias != name:
+                    self._option_string_actions.setdefault(alias, action)
+
+    def _get_option_tuples(self, option_string: str):
+        # An abbreviation (`--num` for --num-processes) matches an option and its alias: the
+        # same option, not an ambiguous one.
+        found, seen = [], set()
+        for match in super()._get_option_tuples(option_string):
+            if id(match[0]) not in seen:
+                seen.add(id(match[0]))
+                found.append(match)
+        return found
+
+
 def config(p: argparse.ArgumentParser, what: str = "model, data, training, search") -> None:
     """Shown in --help only: tx.cli.main takes --config and --config.KEY=VALUE out of the
     arguments before argparse sees them (they may stand anywhere on the line)."""
     g = p.add_argument_group("config")
-    g.add_argument("--config", metavar="FILE[:ARG]", help=f"a config of configs/ ({what})")
+    g.add_argument(
+        "--config",
+        metavar="FILE[:ARG]",
+        help=f"a config file, or the name of one of tx's own: base, big, demo, ... ({what})",
+    )
     overrides(g, "override one field, e.g. --config.decode.beam_size=8 (any number)")
 
 
@@ -50,9 +109,20 @@ def step_or_best(text: str) -> int | str:
         raise argparse.ArgumentTypeError(f"a step number or 'best', not {text!r}") from None
 
 
+def positive_int(text: str) -> int:
+    n = int(text)
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {n}")
+    return n
+
+
 def checkpoint(p: argparse.ArgumentParser, many: bool = False) -> None:
     """`--checkpoint STEP` (dest `checkpoint`), or with `many` several (dest `checkpoints`);
     STEP may be `best`."""
+    help = (
+        "this training step's checkpoint, or 'best' by dev score (default: the averaged one, "
+        "else the latest)"
+    )
     if many:
         p.add_argument(
             "--checkpoint",
@@ -61,17 +131,47 @@ def checkpoint(p: argparse.ArgumentParser, many: bool = False) -> None:
             nargs="+",
             action="extend",
             metavar="STEP",
-            help="this training step's checkpoint, or 'best' by dev score (default: the "
-            "averaged one, else the latest); several: an ensemble of them",
+            help=help + "; several: an ensemble of them",
         )
     else:
-        p.add_argument(
-            "--checkpoint",
-            type=step_or_best,
-            metavar="STEP",
-            help="this training step's checkpoint, or 'best' by dev score (default: the "
-            "averaged one, else the latest)",
-        )
+        p.add_argument("--checkpoint", type=step_or_best, metavar="STEP", help=help)
+
+
+def search(p: argparse.ArgumentParser) -> None:
+    """The everyday search settings, over the config's decode section (`search_settings`)."""
+    g = p.add_argument_group("search (default: the run's config, decode section)")
+    g.add_argument(
+        "--beam",
+        type=positive_int,
+        metavar="N",
+        help="beam search with N hypotheses (decode.strategy=beam, decode.beam_size=N)",
+    )
+    g.add_argument(
+        "--alpha",
+        type=float,
+        metavar="A",
+        help="length penalty ((5 + length) / 6)^A of a beam search (decode.alpha; 0: none)",
+    )
+    g.add_argument(
+        "--batch-tokens",
+        "--max-tokens",
+        dest="batch_tokens",
+        type=positive_int,
+        metavar="N",
+        help="source tokens per decoding batch (decode.batch_tokens)",
+    )
+
+
+def search_settings(args: argparse.Namespace) -> dict:
+    """tx.infer.engines.with_search's keyword arguments from `search`'s options."""
+    return {"beam": args.beam, "alpha": args.alpha, "batch_tokens": args.batch_tokens}
+
+
+# CTranslate2's compute types (ctranslate2.Translator's compute_type).
+COMPUTE_TYPES = (
+    *("default", "auto", "int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16"),
+    *("float16", "bfloat16", "float32"),
+)
 
 
 def engine(p: argparse.ArgumentParser) -> None:
@@ -80,28 +180,42 @@ def engine(p: argparse.ArgumentParser) -> None:
         "--engine",
         default="jax",
         choices=("jax", "ctranslate2"),
-        help="tx's own search, or a CTranslate2 export (--model)",
+        help="tx's own search over a run (--workdir), or a CTranslate2 export (--model)",
     )
     g.add_argument(
         "--model", metavar="DIR", help="--engine ctranslate2: the directory `export` wrote"
     )
-    g.add_argument("--device", default="cpu", help="--engine ctranslate2: cpu, cuda or auto")
+    # Not defaults here: the JAX engine refuses them (tx.infer.engines.load_engine).
     g.add_argument(
-        "--compute_type",
-        default="default",
-        help="--engine ctranslate2: default (as exported), int8, float32, ...",
+        "--device",
+        choices=("cpu", "cuda", "auto"),
+        help="--engine ctranslate2: where it runs (default: cpu)",
     )
-    g.add_argument("--threads", type=int, default=0, help="--engine ctranslate2: 0 = one per core")
+    g.add_argument(
+        "--compute-type",
+        choices=COMPUTE_TYPES,
+        metavar="TYPE",
+        help="--engine ctranslate2: default (as exported), auto, int8, float32, ... "
+        f"(one of {', '.join(COMPUTE_TYPES)}; default: default)",
+    )
+    g.add_argument(
+        "--threads",
+        type=int,
+        metavar="N",
+        help="--engine ctranslate2: threads per translation (default: 0, one per core)",
+    )
 
 
 @contextlib.contextmanager
 def translating(p: argparse.ArgumentParser):
     """translate's and serve's options around the command's own, added in the body (usage and
-    --help keep this order): config, runs and checkpoints before; engine, multi-process after."""
+    --help keep this order): config, runs and checkpoints before; search settings, engine,
+    multi-process after."""
     config(p)
     workdir(p, "the run (several: an ensemble)", many=True)
     checkpoint(p, many=True)
     yield
+    search(p)
     engine(p)
     distributed(p)
 
@@ -129,22 +243,22 @@ def engine_kwargs(args: argparse.Namespace) -> dict:
 
 def distributed(p: argparse.ArgumentParser, dest_prefix: str = "") -> None:
     """Every process of a multi-process run gets these (a TPU pod or SLURM needs none)."""
-    g = p.add_argument_group("multi-process")
+    g = p.add_argument_group("multi-process (a TPU pod or SLURM needs none)")
     g.add_argument(
-        "--coordinator_address",
+        "--coordinator-address",
         dest=f"{dest_prefix}coordinator_address",
         metavar="HOST:PORT",
         help="process 0's address",
     )
     g.add_argument(
-        "--num_processes",
+        "--num-processes",
         dest=f"{dest_prefix}num_processes",
         type=int,
         metavar="N",
         help="number of processes",
     )
     g.add_argument(
-        "--process_id",
+        "--process-id",
         dest=f"{dest_prefix}process_id",
         type=int,
         metavar="I",

@@ -1,6 +1,6 @@
 """`python -m tx plot --workdir W [W2 ...] [--out F]`: learning curves of runs from their event
 files (no TensorFlow, so a run still training can be watched); `plot --positional
-[--d_model 512]`: the sinusoidal positional encodings. Prints the path it wrote."""
+[--d-model 512]`: the sinusoidal positional encodings. Prints the path it wrote."""
 
 from __future__ import annotations
 
@@ -13,11 +13,15 @@ CONFIG = None  # it reads event files or draws a formula
 
 def add_options(p: argparse.ArgumentParser) -> None:
     options.workdir(p, "runs whose curves share one figure", many=True)
-    p.add_argument("--out", metavar="PNG", help="the picture (default W/plots/curves.png)")
+    p.add_argument(
+        "--out",
+        metavar="PNG",
+        help="the picture (default: W/plots/curves.png, or with --positional positional_d<D>.png)",
+    )
     p.add_argument(
         "--positional", action="store_true", help="the sinusoidal positional encodings instead"
     )
-    p.add_argument("--d_model", type=int, default=512, help="--positional: the model width")
+    p.add_argument("--d-model", type=int, default=512, help="--positional: the model width")
 
 
 def run(args: argparse.Namespace, cfg) -> int:

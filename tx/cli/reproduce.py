@@ -14,14 +14,19 @@ CONFIG = None  # every row brings its own
 
 
 def add_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--table", type=int, help="the paper's table (2, 3 or 4)")
+    p.add_argument("--table", type=int, choices=(2, 3, 4), required=True, help="the paper's table")
     p.add_argument("--rows", help="rows of the table, e.g. A1,B1 (default: all)")
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--plan", action="store_true", help="what would run (default)")
     mode.add_argument("--run", action="store_true", help="run the unfinished rows, then report")
     mode.add_argument("--report", action="store_true", help="results/table<N>.md and .json")
     p.add_argument("--json", action="store_true", help="--plan: one JSON object")
-    p.add_argument("--scale", default="full", help="full (the paper's) or mini")
+    p.add_argument(
+        "--scale",
+        default="full",
+        choices=("full", "mini"),
+        help="full: the paper's models; mini: each row's change on a small model",
+    )
     p.add_argument("--steps", type=int, help="--scale mini: steps of a 100k-step row")
     p.add_argument(
         "--root",
@@ -38,11 +43,8 @@ def add_options(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace, cfg) -> int:
-    from tx.config import ConfigError
     from tx.paper.reproduce import main as reproduce
 
-    if args.table is None:
-        raise ConfigError("reproduce needs --table 2, 3 or 4")
     return reproduce(
         table=args.table,
         rows=args.rows,

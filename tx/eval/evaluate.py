@@ -1,6 +1,8 @@
 """Evaluating a run: translate a split, write the hypotheses, score them (tx.eval.metrics).
 
 evaluate_split(cfg, workdir, "test") -> scores, hypotheses file, checkpoint used
+evaluate_files(cfg, refs, sources=F, loaded=...) or (cfg, refs, hypotheses=F) -> the same
+  for any files: translated by the model, or translations given
 dev_bleu_hook(cfg, workdir) -> callable(params) for BLEU during training
 """
 
@@ -13,7 +15,7 @@ from tx import workdir as wd
 from tx.config import model_config
 from tx.data import trees as parsing
 from tx.data.dataset import split_text
-from tx.data.sources import gold_trees
+from tx.data.sources import DataError, gold_trees, read_lines
 from tx.data.tokenizer import run_tokenizer
 from tx.eval import evalb
 from tx.eval.metrics import bleu_by_length, sacrebleu_scores, score_all, tokenized_bleu
@@ -57,6 +59,48 @@ def evaluate_split(
     if record:
         runcard.record_scores(workdir, split, result)
     return result
+
+
+def evaluate_files(
+    cfg: ml_collections.ConfigDict,
+    references: str,
+    *,
+    sources: str | None = None,
+    hypotheses: str | None = None,
+    loaded=None,
+    output: str | None = None,
+    bootstrap: int = 0,
+    by_length: int = 0,
+) -> dict:
+    """Scores translations of any file against the file `references` (one sentence a line,
+    local or a bucket's object): the given `hypotheses`, or `loaded`'s translation of the file
+    `sources` (written to the file `output`). `sources` beside `hypotheses` is read for the
+    repetition-loop count and `by_length`. Nothing joins a run card: the files are no split
+    of the run's. Returns score_all's dict plus `hypotheses_file` and `references_file`; with
+    a model, `checkpoint` and `search`; with `by_length`, metrics.bleu_by_length's buckets."""
+    refs = _read(references)
+    texts = {name: _read(name) for name in (sources, hypotheses) if name}
+    for name, lines in texts.items():
+        if len(lines) != len(refs):
+            raise DataError(f"{name} has {len(lines)} lines, {references} {len(refs)}")
+    srcs = texts.get(sources)
+    if hypotheses:
+        hyps = texts[hypotheses]
+    else:
+        hyps = translate(loaded, srcs, cfg)
+        storage.write_text(output, "".join(h + "\n" for h in hyps))
+    result = score_all(hyps, refs, cfg.data.tgt_lang, bootstrap, srcs)
+    result.update(hypotheses_file=hypotheses or output, references_file=references)
+    if not hypotheses:
+        result.update(checkpoint=loaded.source, search=search_recipe(cfg.decode))
+    if by_length:
+        result["by_length"] = bleu_by_length(srcs, hyps, refs, by_length)
+    return result
+
+
+def _read(path: str) -> list[str]:
+    with storage.open_read(path) as f:
+        return read_lines(f, path)
 
 
 def parse_scores(gold: list[parsing.Tree], hypotheses: list[str]) -> dict:

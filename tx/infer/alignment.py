@@ -91,14 +91,16 @@ def align(loaded, pairs: list[tuple[list[int], list[int]]], layer: int = DEFAULT
     return out
 
 
-def padded_batches(pairs, rows: int = 32, multiple: int = 16):
+def padded_batches(pairs, rows: int = 32, multiple: int = 16, skip_empty: bool = True):
     """(indices, inputs [rows, S], targets [rows, T]) with EOS appended and zero padding; S
-    and T rounded up to `multiple`, so a file of sentences compiles a handful of shapes."""
+    and T rounded up to `multiple`, so a file of sentences compiles a handful of shapes.
+    Pairs with an empty side are left out unless not `skip_empty`."""
 
     def shape(i):
         return tuple(-(-(len(x) + 1) // multiple) * multiple for x in pairs[i])
 
-    todo = sorted((i for i, (s, t) in enumerate(pairs) if len(s) and len(t)), key=shape)
+    todo = (i for i, (s, t) in enumerate(pairs) if not skip_empty or (len(s) and len(t)))
+    todo = sorted(todo, key=shape)
     for (s_len, t_len), group in itertools.groupby(todo, key=shape):
         group = list(group)
         for start in range(0, len(group), rows):

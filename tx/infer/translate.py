@@ -65,31 +65,45 @@ def load_model(
     workdir: str,
     checkpoint_step: int | str | None = None,
     averaged: bool | None = None,
+    averaged_step: int | None = None,
 ) -> LoadedModel:
     """Parameters of `workdir`: the newest averaged checkpoint if there is one (unless
     `averaged=False`), else the latest training checkpoint, or `checkpoint_step` if given
-    ("best": the one with the best train.best_metric, tx.train.best).
+    ("best": the one with the best train.best_metric, tx.train.best), or the averaged
+    checkpoint W/averaged/`averaged_step`.
     Only parameters are read: no optimizer is built.
 
     An averaged model that training has moved past is refused (StaleAverage), not silently
-    used or rewritten: translating must not write into a run that may still be training.
+    used or rewritten: translating must not write into a run that may still be training. One
+    named by `averaged_step` is used as it is.
     """
     tokenizer = run_tokenizer(workdir)
     mc = model_config(cfg)
     layout = sharding.layout(cfg.mesh)
     target = layout.placed(abstract_params(mc))  # no optimizer built, no memory allocated
     avg_steps = averaged_steps(workdir)
-    if checkpoint_step is None and avg_steps and averaged is not False:
-        _check_fresh(cfg, workdir, avg_steps[-1])
+    if averaged_step is not None and averaged_step not in avg_steps:
+        raise CheckpointNotFound(
+            f"no averaged checkpoint {averaged_step} in {wd.averaged_dir(workdir)} "
+            f"(available: {avg_steps})"
+        )
+    if averaged_step is not None or (
+        checkpoint_step is None and avg_steps and averaged is not False
+    ):
+        if averaged_step is None:
+            averaged_step = avg_steps[-1]
+            _check_fresh(cfg, workdir, averaged_step)
         try:
-            params, meta = restore_averaged(workdir, avg_steps[-1], target)
+            params, meta = restore_averaged(workdir, averaged_step, target)
         except checkpoint.UnreadableCheckpoint as e:
             raise checkpoint.UnreadableCheckpoint(
                 f"{e}; average again with `python -m tx average --workdir {workdir}`, or choose "
                 "a training checkpoint with --checkpoint STEP"
             ) from None
         how = f"best by {meta['metric']}: " if meta.get("selection") == "best" else ""
-        source = f"averaged/{avg_steps[-1]} ({how}steps {meta['averaged_steps']})"
+        source = f"averaged/{averaged_step} ({how}steps {meta['averaged_steps']})"
+        if "imported_from" in meta:  # tx.infer.huggingface_io: no training of its own
+            source = f"averaged/{averaged_step} (imported from {meta['imported_from']})"
     else:
         ckpt = checkpoint.Checkpointer(workdir, keep=None)
         step = checkpoint_step if checkpoint_step is not None else ckpt.latest_step()
@@ -294,9 +308,11 @@ def translate_nbest(
     return out
 
 
-def nbest_lines(nbest: list[list[tuple[str, float]]]) -> list[str]:
-    """`index \t score \t translation` lines (index from 0, in input order), best first."""
-    return [f"{i}\t{score:.6f}\t{text}" for i, hyps in enumerate(nbest) for text, score in hyps]
+def nbest_lines(nbest: list[list[tuple[str, float]]], start: int = 0) -> list[str]:
+    """`index \t score \t translation` lines (index from `start`, in input order), best first."""
+    return [
+        f"{i}\t{score:.6f}\t{text}" for i, hyps in enumerate(nbest, start) for text, score in hyps
+    ]
 
 
 def translate_pairs(

@@ -70,22 +70,33 @@ def _fmt_duration(seconds: float) -> str:
 
 
 class Progress:
-    """Step, loss, learning rate, tokens/s, MFU and ETA, in place on a terminal."""
+    """Step, loss, learning rate, tokens/s, MFU and ETA, in place on a terminal.
 
-    def __init__(self, total_steps: int, enabled: bool, stream=None):
+    The ETA and the step count run to whichever ends the run first: `total_steps`, or the
+    time budget's `deadline` (a time.monotonic() value, train.max_minutes), the steps left at
+    the last reported step time; a run the budget ends shows `step 120/~451 (time limit)`.
+    """
+
+    def __init__(self, total_steps: int, enabled: bool, stream=None, deadline: float | None = None):
         self.total = total_steps
         self.enabled = enabled
         self.stream = stream or sys.stdout
         self.tty = enabled and self.stream.isatty()
+        self.deadline = deadline
         self._last_len = 0
 
     def update(self, step: int, metrics: dict, force_line: bool = False) -> None:
         if not self.enabled:
             return
-        eta = (self.total - step) * metrics.get("step_time", float("nan"))
+        step_time = metrics.get("step_time", float("nan"))
+        eta, end = (self.total - step) * step_time, f"{self.total}"
+        if self.deadline is not None:
+            left = max(self.deadline - time.monotonic(), 0.0)
+            if left < eta:  # the budget ends the run first (NaN: no step time yet, no ETA)
+                eta, end = left, f"~{step + int(left / step_time)} (time limit)"
         src, tgt = metrics["src_tokens_per_step"] / 1e3, metrics["tgt_tokens_per_step"] / 1e3
         line = (
-            f"step {step}/{self.total} | loss {metrics['loss']:.3f} | "
+            f"step {step}/{end} | loss {metrics['loss']:.3f} | "
             f"lr {metrics['learning_rate']:.2e} | {src:.1f}k+{tgt:.1f}k tok/step"
             f" | {metrics['tokens_per_sec'] / 1e3:.1f}k tok/s"
             f" | MFU {100 * metrics['mfu']:.1f}% | ETA {_fmt_duration(eta)}"
