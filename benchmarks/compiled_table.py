@@ -87,6 +87,17 @@ def _commit() -> str:
     return res.stdout.strip() + ("+changes" if dirty else "") if res.returncode == 0 else "?"
 
 
+# How slices are named and counted, for the table's reader.
+SLICES = """\
+Slices are named as Google Cloud names them: v4-8 and v5p-8 are 8 TensorCores on 4 chips
+(two per chip; v5p-128 is 64 chips), v5e-8 and v6e-8 are 8 chips of one TensorCore each. The
+chips column counts chips, and memory is per chip. Compiled deviceless, a v4 slice lists each
+TensorCore as a device, so v4-8's layouts span 8 devices on its 4 chips (`data8`: two
+devices per chip, each with half the chip's HBM and peak); on a running v4 slice JAX shows
+each chip as one device (megacore), so training there sees 4 devices and the same batch
+split `data4`. v5p compiles one device per chip."""
+
+
 def table(results: dict) -> str:
     lines = [
         "# Accelerators: the train step compiled for real slices, before renting them",
@@ -101,6 +112,8 @@ def table(results: dict) -> str:
         "and bytes, and the per-pair list says so. GPU nodes (h100:8, h200:8; compiled with",
         "jax's CUDA plugin, `pip install -e '.[cuda]'`) have memory only: XLA's GPU compiler",
         "gives no cost analysis.",
+        "",
+        *SLICES.splitlines(),
         "",
         "Each row's code is the commit it was compiled at: a row compiled before a change",
         "to the model is that code's estimate (`--again` recompiles). Fused attention: the",

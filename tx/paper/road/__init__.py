@@ -44,7 +44,8 @@ def write_report(results: str, name: str, command: str, seconds: float, body: st
     os.makedirs(results, exist_ok=True)
     md = os.path.join(results, f"road_{name}.md")
     png = os.path.join(results, f"road_{name}.png")
-    head = f"# road {name}\n\nCommand: `{command}` ({seconds / 60:.1f} min on this machine)\n\n"
+    minutes = f"{seconds / 60:.1f} min on the machine that ran it"
+    head = f"# road {name}\n\nCommand: `{command}` ({minutes})\n\n"
     storage.write_text(md, head + body + f"\n![road {name}](road_{name}.png)\n")
     plots.save(fig, png)
     return [md, png]

@@ -7,7 +7,7 @@ position attends to the r = 32 positions around it, computed in blocks of r); th
 convolution is causal, as in ConvS2S's decoder and WaveNet. For each:
   - FLOPs per sequence, counted from the equations and by XLA's cost analysis of the compiled
     layer (XLA counts a loop body once, so the recurrent layer's figure is one step);
-  - wall time (median of 5 runs after compilation) on this machine;
+  - wall time (median of 5 runs after compilation) on the machine that runs it;
   - sequential operations: the loop steps that must run one after another, read from the
     layer's jaxpr (the lengths of its scans; 1 for a layer without a loop);
   - maximum path length: how many layers (or, inside a recurrent layer, steps) a signal from
@@ -297,7 +297,8 @@ def run(results: str, root: str, overrides=(), say=print):
     ]
     per_n = [[n, *[_cost_cell(costs[layer][n]) for layer in LAYERS]] for n in LENGTHS]
     body = (
-        f"Forward pass of one layer, d = {D}, batch {BATCH}, float32, on this machine's CPUs; "
+        f"Forward pass of one layer, d = {D}, batch {BATCH}, float32, on the CPUs of the "
+        "machine that ran it; "
         f"kernel k = {K}, neighbourhood r = {R}. Growth exponents from the analytic FLOPs "
         "and the measured times; sequential steps from the layers' jaxprs; path lengths from "
         "gradient connectivity (layers stacked until the last output depends on the first "
@@ -353,7 +354,7 @@ def figure(costs: dict, paths: dict):
         ax_f.plot(n, [c[k]["flops"] for k in LENGTHS], "-o", color=f"C{i}", label=layer)
         ax_t.plot(n, [c[k]["ms"] for k in LENGTHS], "-o", color=f"C{i}", label=layer)
     ax_f.set(title="FLOPs per sequence (equations)", ylabel="FLOPs")
-    ax_t.set(title=f"Time per batch of {BATCH} (this machine)", ylabel="ms")
+    ax_t.set(title=f"Time per batch of {BATCH} (the machine that ran it)", ylabel="ms")
     for i, (layer, values) in enumerate(paths.items()):
         ax_p.plot(PATH_LENGTHS, values, "-o", color=f"C{i}", label=layer)
     ax_p.set(title="Maximum path length (gradient connectivity)", ylabel="layers or steps")
