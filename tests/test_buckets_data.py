@@ -151,7 +151,15 @@ def test_vocab_path_in_a_bucket(bucket, vocab, tiny, tmp_path):
         assert storage.read_bytes(storage.join(workdir, "spm.model")) == tok.model_bytes
 
 
-@pytest.fixture(params=["local", "gs", "s3"])
+# s3 under -m slow here: the data's reads and writes reach both schemes through tx.storage,
+# whose primitives tests/test_storage.py runs on both servers by default.
+@pytest.fixture(params=["gs", pytest.param("s3", marks=pytest.mark.slow)])
+def bucket(request, monkeypatch):
+    """conftest's bucket, with s3 under -m slow."""
+    return point_at(request, monkeypatch, request.param)
+
+
+@pytest.fixture(params=["local", "gs", pytest.param("s3", marks=pytest.mark.slow)])
 def where(request, tmp_path, monkeypatch):
     """A directory: local, or a fresh prefix of a bucket on the session's server."""
     monkeypatch.setenv("TX_CACHE_DIR", str(tmp_path / "cache"))

@@ -60,7 +60,9 @@ def ct2_translations(snapshot, tmp_path_factory):
     return nbest(ct2.load(out, threads=1), cfg)
 
 
-@pytest.fixture(scope="module", params=["gs", "s3"])
+# s3 under -m slow: the commands reach both schemes through tx.storage, whose primitives
+# tests/test_storage.py runs on both servers by default.
+@pytest.fixture(scope="module", params=["gs", pytest.param("s3", marks=pytest.mark.slow)])
 def run(request, snapshot, tmp_path_factory):
     """The snapshot copied into a fresh prefix of the bucket, as training there writes it
     (this module's environment points at that scheme's server; the cache is the module's)."""
