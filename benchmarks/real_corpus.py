@@ -566,13 +566,25 @@ def write_splits(out: str, splits: dict[str, list], src: str, tgt: str) -> None:
 
 
 def build(
-    out: str, pair: str = "en-fr", cache: str | None = None, log=print, train_pairs: int = 0
+    out: str,
+    pair: str = "en-fr",
+    cache: str | None = None,
+    log=print,
+    train_pairs: int = 0,
+    only: str = "",
+    exclude: str = "",
 ) -> dict:
-    """Downloads, reads, cleans, splits and writes the corpus; returns SOURCES.json's content."""
+    """Downloads, reads, cleans, splits and writes the corpus; returns SOURCES.json's content.
+    `only` / `exclude`: regular expressions that keep / leave out packages by name (a corpus of
+    one domain: --only wesnoth is a game's story dialogue, --exclude wesnoth interface text)."""
     src, tgt = pair.split("-")
     cache = cache or os.path.join(os.path.expanduser("~"), ".cache", "tx", "real_corpus")
     start = time.time()
-    packages = [p.format(lang=tgt) for p in PACKAGES]
+    packages = [
+        p.format(lang=tgt)
+        for p in PACKAGES
+        if (not only or re.search(only, p)) and not (exclude and re.search(exclude, p))
+    ]
     pairs, records, dropped = collect(packages, tgt, cache, log)
     splits = split_pairs(pairs, train_pairs=train_pairs)
     write_splits(out, splits, src, tgt)
@@ -580,7 +592,9 @@ def build(
         "pair": pair,
         "built_by": "python benchmarks/real_corpus.py --out DIR --pair "
         + pair
-        + (f" --train-pairs {train_pairs}" if train_pairs else ""),
+        + (f" --train-pairs {train_pairs}" if train_pairs else "")
+        + (f" --only '{only}'" if only else "")
+        + (f" --exclude '{exclude}'" if exclude else ""),
         "splits": {name: len(p) for name, p in splits.items()},
         "dropped": dict(dropped.most_common()),
         "seconds": round(time.time() - start, 1),
@@ -603,10 +617,19 @@ def main(argv=None) -> None:
         metavar="N",
         help="keep only N training pairs (by hash: a uniform sample; dev and test unchanged)",
     )
+    parser.add_argument("--only", default="", metavar="REGEX", help="keep the packages it matches")
+    parser.add_argument("--exclude", default="", metavar="REGEX", help="leave out those it matches")
     args = parser.parse_args(argv)
     if args.train_pairs < 0:
         parser.error(f"--train-pairs must be >= 0, got {args.train_pairs}")
-    sources = build(args.out, args.pair, args.cache, train_pairs=args.train_pairs)
+    sources = build(
+        args.out,
+        args.pair,
+        args.cache,
+        train_pairs=args.train_pairs,
+        only=args.only,
+        exclude=args.exclude,
+    )
     print(f"{args.out}: {sources['splits']} in {sources['seconds']} s")
     print(f"dropped: {sources['dropped']}")
 

@@ -1,6 +1,6 @@
 """Transformer base, WMT 2014 English->German (Table 2: 27.3 BLEU; Table 3 base row).
 
-Command:   python train.py --config configs/base.py --workdir runs/base_ende
+Command:   python train.py --config configs/base.py --workdir runs/table2/base_ende
 Hardware:  the paper used 8 P100 GPUs: 0.4 s/step, 100k steps, 12 hours. On TPU slices: the
            compiler's estimates in docs/accelerators.md (python benchmarks/compiled_table.py);
            `python -m tx reproduce --plan --hardware v5p-8` reads them.

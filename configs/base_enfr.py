@@ -1,6 +1,6 @@
 """Transformer base, WMT 2014 English->French (Table 2: 38.1 BLEU).
 
-Command:   python train.py --config configs/base_enfr.py --workdir runs/base_enfr
+Command:   python train.py --config configs/base_enfr.py --workdir runs/table2/base_enfr
 Hardware:  as configs/base.py; the 36M-sentence corpus makes data preparation take about an hour.
 Expected:  newstest2014 BLEU 38.1 (tokenized), average of the last 5 checkpoints.
 """

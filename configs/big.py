@@ -1,6 +1,6 @@
 """Transformer big, WMT 2014 English->German (Table 2: 28.4 BLEU; Table 3 big row).
 
-Command:   python train.py --config configs/big.py --workdir runs/big_ende
+Command:   python train.py --config configs/big.py --workdir runs/table2/big_ende
 Hardware:  the paper: 8 P100 GPUs, 1.0 s/step, 300k steps, 3.5 days. On TPU slices: the
            compiler's estimates in docs/accelerators.md (python benchmarks/compiled_table.py).
 Expected:  newstest2013 perplexity about 4.33 (Table 3), newstest2014 BLEU 28.4 (tokenized,

@@ -1,6 +1,6 @@
 """Transformer big, WMT 2014 English->French (Table 2: 41.8 BLEU).
 
-Command:   python train.py --config configs/big_enfr.py --workdir runs/big_enfr
+Command:   python train.py --config configs/big_enfr.py --workdir runs/table2/big_enfr
 Hardware:  the paper: 8 P100 GPUs, 300k steps, 3.5 days.
 Expected:  newstest2014 BLEU 41.8 (tokenized), average of the last 20 checkpoints.
 """

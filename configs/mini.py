@@ -1,6 +1,6 @@
 """Any paper config in miniature, for testing the reproduction harness on one CPU.
 
-Command:   python -m tx train --config configs/mini.py:table3.py:A1 --workdir runs/mini/A1
+Command:   python -m tx train --config configs/mini.py:table3.py:A1 --workdir runs/table3-mini/A1
            (python -m tx reproduce --table 3 --scale mini writes these commands for every row)
 Hardware:  2 CPU cores; each row's measured time is in its run card (results/cards/table3-mini/,
            `python -m tx reproduce --table 3 --scale mini` plans with it).

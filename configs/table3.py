@@ -1,6 +1,6 @@
 """Table 3 variations of the base model on EN-DE (dev newstest2013, no checkpoint averaging).
 
-Command:   python train.py --config configs/table3.py:B1 --workdir runs/table3_B1
+Command:   python train.py --config configs/table3.py:B1 --workdir runs/table3/B1
 Rows:      base, A1-A4 (heads), B1-B2 (d_k), C1-C7 (size), D1-D4 (regularisation),
            E (learned positions), big. The whole table: python -m tx reproduce --table 3.
 Expected:  the row's PPL and BLEU from Table 3 (e.g. A1: 5.29 / 24.9, C7: 4.75 / 26.2).

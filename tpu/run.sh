@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Start training on every worker with the same command; jax.distributed initialises itself
 # on a pod slice. Needs PROJECT, ZONE, TPU_NAME, CONFIG (e.g. configs/big.py) and WORKDIR, the
-# run's place every worker reads and writes: a bucket, e.g. WORKDIR=gs://my-bucket/runs/big
+# run's place every worker reads and writes: a bucket, e.g. WORKDIR=gs://my-bucket/runs/table2/big_ende
 # (tx/storage.py; a shared mount also works). EXTRA_ARGS are appended (e.g. --take-over-lock).
 # Running it again after a preemption resumes from the newest checkpoint in WORKDIR.
 source "$(dirname "$0")/common.sh"
