@@ -113,3 +113,19 @@ def bucket(request, monkeypatch):
     from object_store import point_at
 
     return point_at(request, monkeypatch, request.param)
+
+
+def fail_orbax_writes(monkeypatch, fragment: str, code: int, message: str) -> None:
+    """Orbax's file writes (JSON items, metadata; through etils.epath, so local files and
+    gcsfs / s3fs objects alike) under any path containing `fragment` fail with OSError(code):
+    a full disk, or a bucket refusing them. The array data is written before them."""
+    from etils import epath
+
+    real = epath.Path.write_text
+
+    def write_text(self, *args, **kwargs):
+        if fragment in str(self):
+            raise OSError(code, message, str(self))
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(epath.Path, "write_text", write_text)

@@ -22,6 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from conftest import fail_orbax_writes
 
 from tx import storage
 from tx import workdir as wd
@@ -84,18 +85,8 @@ def _objects(path: str) -> dict:
 
 
 def _refuse_writes_under(monkeypatch, fragment: str) -> None:
-    """Orbax's metadata writes (etils.epath, through gcsfs / s3fs) under any path containing
-    `fragment` fail as a bucket refusing them would."""
-    from etils import epath
-
-    real = epath.Path.write_text
-
-    def write_text(self, *args, **kwargs):
-        if fragment in str(self):
-            raise OSError(errno.EACCES, "Permission denied", str(self))
-        return real(self, *args, **kwargs)
-
-    monkeypatch.setattr(epath.Path, "write_text", write_text)
+    """Orbax's writes under `fragment` fail as a bucket refusing them would."""
+    fail_orbax_writes(monkeypatch, fragment, errno.EACCES, "Permission denied")
 
 
 # ---------------------------------------------------------------- checkpoints

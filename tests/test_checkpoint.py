@@ -11,6 +11,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 import pytest
+from conftest import fail_orbax_writes
 from orbax.checkpoint._src.futures import future as ocp_future
 
 from tx import storage
@@ -191,18 +192,8 @@ def test_average_refuses_damaged_inputs_by_name(tmp_path):
 
 # ---------------------------------------------------------------- failed writes
 def fail_writes_under(monkeypatch, fragment: str) -> None:
-    """Makes Orbax's file writes (JSON items, metadata) fail with a full disk under any path
-    containing `fragment`: the array data of that checkpoint is written, then the disk fills."""
-    from etils import epath
-
-    real = epath.Path.write_text
-
-    def write_text(self, *args, **kwargs):
-        if fragment in str(self):
-            raise OSError(errno.ENOSPC, "No space left on device", str(self))
-        return real(self, *args, **kwargs)
-
-    monkeypatch.setattr(epath.Path, "write_text", write_text)
+    """Orbax's file writes under `fragment` fail with a full disk (conftest.fail_orbax_writes)."""
+    fail_orbax_writes(monkeypatch, fragment, errno.ENOSPC, "No space left on device")
 
 
 # Orbax's background threads report the injected failure again as they wind down.
