@@ -107,7 +107,8 @@ SOURCE_SPM, TARGET_SPM, VOCAB_JSON = "source.spm", "target.spm", "vocab.json"
 MAPPED_FILES = (SOURCE_SPM, TARGET_SPM, VOCAB_JSON)
 # The pieces Marian's vocab.json gives its special tokens (MarianTokenizer's defaults).
 MARIAN_PAD, MARIAN_EOS, MARIAN_UNK = "<pad>", "</s>", "<unk>"
-BOS_PIECE = "<s>"  # tx's start token, which Marian's vocabularies lack (a row tx adds)
+# tx's start token: OPUS-MT's vocabularies lack it (a row tx adds); a tx run's export has it.
+BOS_PIECE = "<s>"
 
 
 class MappedTokenizer:
@@ -211,14 +212,15 @@ def read_vocab(data: bytes, path: str) -> dict[str, int]:
 
 
 def import_order(vocab: dict[str, int]) -> np.ndarray:
-    """[N + 1] int: the Marian id (vocab.json's) of each tx id, -1 for tx's <s> (a row Marian
-    lacks). tx's reserved ids come first (PAD_ID, EOS_ID, UNK_ID, BOS_ID: tx.tokens), then
-    Marian's other ids in their order."""
+    """[V] int: the Marian id (vocab.json's) of each tx id, -1 for tx's <s> where vocab.json
+    has no "<s>" (OPUS-MT's: V = N + 1, a row tx adds; a tx run's export has one: V = N, and
+    its ids come back as they were). tx's reserved ids come first (PAD_ID, EOS_ID, UNK_ID,
+    BOS_ID: tx.tokens), then Marian's other ids in their order."""
     reserved = {
         PAD_ID: vocab[MARIAN_PAD],
         EOS_ID: vocab[MARIAN_EOS],
         UNK_ID: vocab[MARIAN_UNK],
-        BOS_ID: -1,
+        BOS_ID: vocab.get(BOS_PIECE, -1),
     }
     taken = set(reserved.values())
     rest = [i for i in range(len(vocab)) if i not in taken]

@@ -9,11 +9,20 @@ differs is written down here once, in both directions:
                  a fixed permutation of the d_model channels (`channel_order`) applied to every
                  weight on that axis gives the same function (LayerNorm and the residual stream
                  are indifferent to the channels' order)
-    positions    tx's float32 sinusoids are written as Marian's position tables, so both add the
-                 same numbers; a model that starts its decoder from <s> ("token") has that
-                 embedding folded into the decoder table's row 0, and Marian's start token is
-                 then <pad>, whose row is zero: Marian (and CTranslate2's converter, which starts
-                 every Marian decoder from zeros) compute what tx does
+    positions    a sinusoidal tx model's float32 sinusoids are written as Marian's position
+                 tables, so both add the same numbers (transformers computes its own, in
+                 float64 rounded to float32, only where a file has none); a learned one's
+                 tables are written as they are. Imported, tables equal to tx's sinusoids bit
+                 for bit are sinusoids again; any others (transformers' own, a fold below
+                 that is not tx's) become learned tables holding them exactly (`import_fields`)
+    start        Marian's decoder starts from its start token's (<pad>'s) row. A tx run's
+                 vocabulary has its own <s>: the export zeroes <pad>'s row and folds the start
+                 (<s>'s embedding, "token", or zeros) into the decoder table's row 0, as
+                 CTranslate2's converter (which starts every Marian decoder from zeros) needs;
+                 the import finds that fold again (sinusoids with row 0 = sinusoid + <s>'s
+                 embedding) or keeps it in learned tables. An OPUS-MT vocabulary has no <s>:
+                 tx's <s> row is Marian's <pad> row (decoder_start "zero" where that is zero,
+                 "token" otherwise), and goes back there
     projections  tx's [m, h, d] kernels are torch's [h*d, m] Linear weights; biases where
                  model.attention_bias (Marian always has them: zero otherwise)
     feed-forward wi [m, f] / wo [f, m] are fc1 / fc2 transposed; model.activation
@@ -29,7 +38,8 @@ differs is written down here once, in both directions:
     LayerNorm    Marian's epsilon is torch's default, 1e-5 (model.layer_norm_epsilon on import);
                  a tx run with another (1e-6 by default) is exported as it is: each norm then
                  differs by a relative (1e-5 - 1e-6) / (2 var) of its input's variance, ~1e-6
-                 of the logits of the demo's model (tests/test_huggingface.py)
+                 of the logits of the demo's model (tests/test_huggingface.py). Imported back
+                 (tx_config.json beside the weights), the run's own epsilon returns
 
 Shape letters: m d_model, h heads, d head width, f d_ff, V vocabulary.
 """
@@ -64,10 +74,6 @@ def check_exportable(mc: ModelConfig) -> None:
         raise HuggingFaceError(f"model.family={family!r}: MarianMTModel is a Transformer; {serve}")
     if mc.pre_ln:
         raise HuggingFaceError(f"model.pre_ln=True: MarianMTModel is post-LN only; {serve}")
-    if mc.positional != "sinusoidal":
-        raise HuggingFaceError(
-            f"model.positional={mc.positional!r}: Marian's are sinusoids; {serve}"
-        )
     if not mc.share_embeddings:
         raise HuggingFaceError(
             f"model.share_embeddings=False: tx's three matrices are not Marian's; {serve}"
@@ -90,6 +96,23 @@ def position_table(d_model: int, rows: int) -> np.ndarray:
     """[rows, m] tx's sinusoids (float32, as tx computes them) in Marian's channel order."""
     table = np.asarray(sinusoidal_encoding(np.arange(rows), d_model), np.float32)
     return table[:, channel_order(d_model)]
+
+
+def marian_position_table(d_model: int, rows: int) -> np.ndarray:
+    """[rows, m] the table transformers' MarianSinusoidalPositionalEmbedding computes where a
+    file has none: its float64 sinusoids (the same expressions, in the same order, for the
+    same bits) rounded to float32, sines first."""
+    angles = np.array(
+        [
+            [pos / np.power(10000, 2 * (j // 2) / d_model) for j in range(d_model)]
+            for pos in range(rows)
+        ]
+    ).reshape(rows, d_model)
+    half = (d_model + 1) // 2
+    out = np.empty((rows, d_model), np.float32)
+    out[:, :half] = np.sin(angles[:, 0::2])
+    out[:, half:] = np.cos(angles[:, 1::2])
+    return out
 
 
 def marian_config(mc: ModelConfig, max_positions: int, order: np.ndarray | None = None) -> dict:
@@ -139,17 +162,17 @@ def to_marian(
     order = channel_order(mc.d_model)
     state = {}
     shared = np.array(params["shared_embedding"]["embedding"][: mc.vocab_size], np.float32)
-    if mc.decoder_start == "token":
-        start = shared[BOS_ID] * np.sqrt(mc.d_model).astype(np.float32)
+    encoder_table, decoder_table = _tables_out(mc, params, max_positions)
+    if vocab_order is not None and vocab_order[BOS_ID] < 0:
+        # OPUS-MT's vocabulary has no <s>: Marian's start token, <pad>, carries tx's start
+        shared[PAD_ID] = shared[BOS_ID] if mc.decoder_start == "token" else 0.0
     else:
-        start = np.zeros(mc.d_model, np.float32)
-    shared[PAD_ID] = 0.0  # Marian's start token; padding's row is read by nothing in tx
+        if mc.decoder_start == "token":  # at the only place it is read: see the docstring
+            decoder_table[0] += shared[BOS_ID] * np.float32(np.sqrt(mc.d_model))
+        shared[PAD_ID] = 0.0  # padding's row is read by nothing in tx
     state["model.shared.weight"] = _marian_rows(shared, vocab_order)[:, order]
-    table = position_table(mc.d_model, max_positions)
-    state["model.encoder.embed_positions.weight"] = table
-    decoder_table = table.copy()
-    decoder_table[0] += start[order]  # the start token's embedding, at the only place it is read
-    state["model.decoder.embed_positions.weight"] = decoder_table
+    state["model.encoder.embed_positions.weight"] = encoder_table[:, order]
+    state["model.decoder.embed_positions.weight"] = decoder_table[:, order]
     for stack, blocks in (("encoder", _ENCODER), ("decoder", _DECODER)):
         layers = mc.num_encoder_layers if stack == "encoder" else mc.num_decoder_layers
         for i in range(layers):
@@ -168,6 +191,23 @@ def to_marian(
         bias[[PAD_ID, BOS_ID]] = NEVER_LOGIT
     state["final_logits_bias"] = _marian_rows(bias, vocab_order)[None, :]
     return state
+
+
+def _tables_out(mc: ModelConfig, params: dict, rows: int) -> tuple[np.ndarray, np.ndarray]:
+    """The encoder's and the decoder's position tables [rows, m] in tx's channel order (copies):
+    tx's float32 sinusoids, or a learned model's own tables (`rows` must be model.max_len)."""
+    if mc.positional == "sinusoidal":
+        table = np.asarray(sinusoidal_encoding(np.arange(rows), mc.d_model), np.float32)
+        return table, table.copy()
+    if rows != mc.max_len:
+        raise HuggingFaceError(
+            f"model.max_len={mc.max_len} learned positions: the tables have that many rows, "
+            f"not {rows}"
+        )
+    return tuple(
+        np.array(params[stack]["position"]["pos_embedding"], np.float32)
+        for stack in ("encoder", "decoder")
+    )
 
 
 def _marian_rows(x: np.ndarray, order: np.ndarray | None) -> np.ndarray:
@@ -232,9 +272,9 @@ def _attention_out(state, prefix, p, mc, order):
 # Marian -> tx
 
 
-def model_section(config: dict) -> dict:
-    """tx's `model` config section for a MarianConfig (its config.json); HuggingFaceError for
-    what tx cannot express."""
+def check_importable(config: dict) -> None:
+    """Raises HuggingFaceError naming what of a MarianConfig (its config.json) tx cannot
+    express."""
     unsupported = []
     if not config.get("scale_embedding", False):
         unsupported.append("scale_embedding=False (tx scales embeddings by sqrt(d_model))")
@@ -246,13 +286,29 @@ def model_section(config: dict) -> dict:
         unsupported.append("different head counts in the encoder and the decoder")
     if config.get("encoder_ffn_dim") != config.get("decoder_ffn_dim"):
         unsupported.append("different feed-forward widths in the encoder and the decoder")
+    if not config.get("tie_word_embeddings", True):
+        unsupported.append("tie_word_embeddings=False (tx's softmax is the target embedding)")
+    for key in ("encoder_layerdrop", "decoder_layerdrop"):
+        if config.get(key):  # training only, but a fine-tuned import would train without it
+            unsupported.append(f"{key}={config[key]} (tx trains every layer at every step)")
     activation = config.get("activation_function", "gelu")
     if activation not in FROM_ACTIVATIONS:
         unsupported.append(f"activation_function={activation!r} (tx has {sorted(ACTIVATIONS)})")
     if unsupported:
         raise HuggingFaceError("this MarianMTModel cannot be imported: " + "; ".join(unsupported))
+
+
+def model_section(
+    config: dict, state: dict, order: np.ndarray, tx_config: dict | None = None
+) -> dict:
+    """tx's `model` config section for a MarianConfig (its config.json), its state dict
+    (`read_weights`'s) and its vocabulary's `import_order`; HuggingFaceError for what tx
+    cannot express. `tx_config`: a tx run's export's tx_config.json, whose LayerNorm epsilon
+    comes back (MarianConfig has no field for it: transformers uses torch's 1e-5)."""
+    check_importable(config)
+    activation = config.get("activation_function", "gelu")
     return {
-        "vocab_size": int(config["vocab_size"]) + 1,  # and a row for <s>: see import_order
+        "vocab_size": len(order),  # with a row for <s> where vocab.json has none
         "d_model": int(config["d_model"]),
         "num_heads": int(config["encoder_attention_heads"]),
         "d_ff": int(config["encoder_ffn_dim"]),
@@ -263,26 +319,80 @@ def model_section(config: dict) -> dict:
         "attention_dropout_rate": float(config.get("attention_dropout", 0.0)),
         "relu_dropout_rate": float(config.get("activation_dropout", 0.0)),
         "share_embeddings": True,
-        "positional": "sinusoidal",
         "pre_ln": False,
-        "layer_norm_epsilon": MARIAN_LAYER_NORM_EPSILON,
+        "layer_norm_epsilon": float(
+            ((tx_config or {}).get("model") or {}).get(
+                "layer_norm_epsilon", MARIAN_LAYER_NORM_EPSILON
+            )
+        ),
         "activation": FROM_ACTIVATIONS[activation],
         "attention_bias": True,
         "logits_bias": True,
-        "decoder_start": "zero",
+        **import_fields(config, state, order),
     }
 
 
+def marian_tables(config: dict, state: dict) -> tuple[np.ndarray, np.ndarray]:
+    """The encoder's and the decoder's position tables [P, m] (Marian's channel order) that
+    transformers adds: the file's, else those it computes (`marian_position_table`)."""
+    rows, m = int(config.get("max_position_embeddings", 1024)), int(config["d_model"])
+    computed = None
+    out = []
+    for stack in ("encoder", "decoder"):
+        table = state.get(f"model.{stack}.embed_positions.weight")
+        if table is None:
+            computed = marian_position_table(m, rows) if computed is None else computed
+            table = computed
+        if table.shape != (rows, m):
+            raise HuggingFaceError(
+                f"model.{stack}.embed_positions.weight is {list(table.shape)}, not "
+                f"[max_position_embeddings={rows}, d_model={m}]"
+            )
+        out.append(np.asarray(table, np.float32))
+    return out[0], out[1]
+
+
+def import_fields(config: dict, state: dict, order: np.ndarray) -> dict:
+    """The model fields (positional, max_len, decoder_start) under which tx adds exactly what
+    transformers adds to the first layers' inputs (the module's docstring, "positions" and
+    "start"): tx's sinusoids where the tables are tx's bit for bit, else learned tables
+    holding them; the start from <s>'s row or zeros."""
+    m = int(config["d_model"])
+    encoder, decoder = marian_tables(config, state)
+    sinusoids = position_table(m, encoder.shape[0])
+    shared = state["model.shared.weight"]
+    pad_row = shared[int(config["pad_token_id"])]
+    same_rest = np.array_equal(encoder, sinusoids) and np.array_equal(decoder[1:], sinusoids[1:])
+    learned = {"positional": "learned", "max_len": int(encoder.shape[0])}
+    if order[BOS_ID] < 0:  # no <s> in vocab.json: tx's <s> row is <pad>'s (from_marian)
+        start = "token" if np.any(pad_row != 0) else "zero"
+        if same_rest and np.array_equal(decoder[0], sinusoids[0]):
+            return {"positional": "sinusoidal", "decoder_start": start}
+        return {**learned, "decoder_start": start}
+    if np.any(pad_row != 0):
+        raise HuggingFaceError(
+            "the decoder starts from <pad>, whose embedding is not zero, and vocab.json has its "
+            "own <s>: tx starts from one row, <s>'s or zeros"
+        )
+    folded = sinusoids[0] + shared[order[BOS_ID]] * np.float32(np.sqrt(m))  # as to_marian
+    if same_rest and np.array_equal(decoder[0], folded):  # a tx run's export
+        return {"positional": "sinusoidal", "decoder_start": "token"}
+    if same_rest and np.array_equal(decoder[0], sinusoids[0]):
+        return {"positional": "sinusoidal", "decoder_start": "zero"}
+    return {**learned, "decoder_start": "zero"}  # whatever row 0 holds, the table keeps
+
+
 def import_order(vocab: dict[str, int], config: dict) -> np.ndarray:
-    """[V + 1] int: the Marian id of each tx id, -1 for tx's <s> (a zero row): the order of
-    tx.data.tokenizer.import_order, for a model whose config.json agrees with its vocab.json."""
+    """[V] int: the Marian id of each tx id, -1 for tx's <s> where vocab.json has none (a row
+    of its own): the order of tx.data.tokenizer.import_order, for a model whose config.json
+    agrees with its vocab.json."""
     if "<unk>" not in vocab:
         raise HuggingFaceError("vocab.json has no <unk>: not a Marian tokenizer's vocabulary")
     pad, eos = int(config["pad_token_id"]), int(config["eos_token_id"])
     if int(config.get("decoder_start_token_id", pad)) != pad:
         raise HuggingFaceError(
             "decoder_start_token_id is not pad_token_id: tx imports Marian models whose "
-            "decoder starts from <pad> (a zero embedding), as OPUS-MT's"
+            "decoder starts from <pad>, as OPUS-MT's"
         )
     have = {
         "vocab_size": (int(config["vocab_size"]), len(vocab)),
@@ -315,7 +425,10 @@ def from_marian(mc: ModelConfig, state: dict, order: np.ndarray) -> dict:
         out[order < 0] = 0.0
         return out
 
-    shared = rows(state["model.shared.weight"])[:, inverse]
+    shared = rows(state["model.shared.weight"])
+    if order[BOS_ID] < 0:  # Marian's start token's row: the start (import_fields)
+        shared[BOS_ID] = np.asarray(state["model.shared.weight"], np.float32)[order[PAD_ID]]
+    shared = shared[:, inverse]
     rows_padded = mc.vocab_rows
     params = {
         "shared_embedding": {
@@ -325,6 +438,10 @@ def from_marian(mc: ModelConfig, state: dict, order: np.ndarray) -> dict:
         "encoder": {},
         "decoder": {},
     }
+    if mc.positional == "learned":
+        config = {"max_position_embeddings": mc.max_len, "d_model": mc.d_model}
+        for stack, table in zip(("encoder", "decoder"), marian_tables(config, state), strict=True):
+            params[stack]["position"] = {"pos_embedding": table[:, inverse].copy()}
     params["final_logits_bias"][order < 0] = NEVER_LOGIT  # <s>: never emitted
     for stack, blocks in (("encoder", _ENCODER), ("decoder", _DECODER)):
         layers = mc.num_encoder_layers if stack == "encoder" else mc.num_decoder_layers

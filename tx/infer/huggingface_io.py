@@ -47,8 +47,10 @@ The import (W, a new run) holds:
   config.json              tx's defaults with the model (huggingface.model_section), the
                            vocabulary's size, data.source "text" with no files yet (name them
                            with --config.data.*_prefix), the languages tokenizer_config.json
-                           names and generate's num_beams. train.init_from=W needs W's model:
-                           `train --config W/config.json --config.train.init_from=W ...`
+                           names, generate's num_beams and its length_penalty as decode.alpha
+                           (exported back as they came, max_length too). train.init_from=W
+                           needs W's model: `train --config W/config.json
+                           --config.train.init_from=W ...`
   source.spm, target.spm, vocab.json, vocab.sha256   the vocabulary (tx.data.tokenizer
                            .MappedTokenizer) and its fingerprint
   averaged/0               the parameters as the run's average (tx.train.averaging), their meta
@@ -84,6 +86,7 @@ ORIGINAL_FILES = (
     "tokenizer_config.json",
     "special_tokens_map.json",
 )
+TX_CONFIG = "tx_config.json"  # tx.infer.export.CONFIG_FILE, beside a tx run's export
 WEIGHTS = "model.safetensors"
 TORCH_WEIGHTS = "pytorch_model.bin"  # older directories; read only where torch is installed
 
@@ -91,6 +94,8 @@ TORCH_WEIGHTS = "pytorch_model.bin"  # older directories; read only where torch 
 def max_positions(cfg: ml_collections.ConfigDict, workdir: str) -> int:
     """Rows of the position tables exported: an imported run's original size, else enough for
     every input the run trained on and its longest output (tx's sinusoids have no table)."""
+    if cfg.model.get("positional") == "learned":  # its tables, as they are
+        return int(cfg.model.max_len)
     original = _original(workdir, "config.json")
     if original and "max_position_embeddings" in original:
         return int(original["max_position_embeddings"])
@@ -120,6 +125,8 @@ def write_export(directory: str, cfg, mc, params: dict, tokenizer, workdir: str)
     config = {**(_original(workdir, "config.json") or {}), **marian, "dtype": "float32"}
     files["config.json"] = _json(config)
     length = min(positions, cfg.data.max_len + cfg.decode.max_extra_len + 1)
+    original = _original(workdir, "generation_config.json") or {}
+    length = int(original.get("max_length") or length)  # an imported run's, as it came
     generation = generation_config(
         cfg.decode, marian["pad_token_id"], marian["eos_token_id"], length
     )
@@ -213,16 +220,19 @@ def import_marian(source: str, workdir: str) -> dict:
             f"{source} holds a {config.get('model_type')!r} model: tx imports MarianMTModel "
             "(model_type 'marian', as OPUS-MT's)"
         )
-    section = hf.model_section(config)
+    hf.check_importable(config)  # before reading the rest
     files = {n: _read_bytes(source, n) for n in tokenizers.MAPPED_FILES}
     tokenizer = tokenizers.MappedTokenizer(source, files)
     vocab_json = storage.join(source, tokenizers.VOCAB_JSON)
     vocab = tokenizers.read_vocab(files[tokenizers.VOCAB_JSON], vocab_json)
     order = hf.import_order(vocab, config)  # config.json against vocab.json
+    state = read_weights(source)
+    tx_config = _read_json(source, TX_CONFIG)  # a tx run's export: its LayerNorm epsilon
+    section = hf.model_section(config, state, order, tx_config)
     originals = {n: _read_json(source, n) for n in ORIGINAL_FILES}
     cfg = run_config(section, originals)
     mc = model_config(cfg)
-    params = hf.from_marian(mc, read_weights(source), order)
+    params = hf.from_marian(mc, state, order)
     return _write_run(source, workdir, cfg, tokenizer, params, originals)
 
 
@@ -243,6 +253,8 @@ def run_config(section: dict, originals: dict) -> ml_collections.ConfigDict:
     }
     if int(generation.get("num_beams") or 1) > 1:
         cfg.decode.beam_size = int(generation["num_beams"])
+        if generation.get("length_penalty") is not None:  # the export's mapping, reversed
+            cfg.decode.alpha = float(generation["length_penalty"])
     validate(cfg)
     return cfg
 
