@@ -24,10 +24,11 @@ def add_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--scale",
         default="full",
-        choices=("full", "mini"),
-        help="full: the paper's models; mini: each row's change on a small model",
+        choices=("full", "mini", "real"),
+        help="full: the paper's models; mini: each row's change on a small model and the "
+        "demo corpus; real: on the paper's base divided evenly and a real corpus (<root>/corpus)",
     )
-    p.add_argument("--steps", type=int, help="--scale mini: steps of a 100k-step row")
+    p.add_argument("--steps", type=int, help="--scale mini or real: steps of a 100k-step row")
     p.add_argument(
         "--root",
         default="runs",

@@ -42,6 +42,10 @@ differs is written down here once, in both directions:
                  (tx_config.json beside the weights), the run's own epsilon returns
 
 Shape letters: m d_model, h heads, d head width, f d_ff, V vocabulary.
+
+The module reads better whole: each direction mirrors the other line for line (to_marian and
+from_marian, marian_config and model_section), so a change to one is checked against the other
+in the same sitting.
 """
 
 from __future__ import annotations

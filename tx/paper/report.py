@@ -21,12 +21,12 @@ import ml_collections
 from tx import storage
 from tx.config import model_config
 from tx.model.counting import param_counts
+from tx.paper import real_page
+from tx.paper.markdown import CODE_PATHS, code_lines, num, pair, title
 from tx.paper.tables import ROOT, Row, load_row, row_workdir, spec
 from tx.train import runcard
 
-# What decides a row's numbers: a change here after a row's commit makes the row stale. The
-# ahead-of-time compile report lives in tx/train but never runs in a training run.
-CODE_PATHS = ("tx/model", "tx/data", "tx/train", "tx/infer", "tx/eval", "configs")
+# The ahead-of-time compile report lives in tx/train but never runs in a training run.
 NOT_DECIDING = ("tx/train/aot.py",)
 
 
@@ -35,7 +35,7 @@ def stem(table: int, scale) -> str:
 
 
 def card_copy(table: int, row: Row, scale, results_dir: str) -> str:
-    return storage.join(results_dir, "cards", stem(table, scale), f"{row.name}.json")
+    return storage.join(results_dir, "cards", stem(table, scale), f"{row.key}.json")
 
 
 def committed_card(table: int, row: Row, scale, results_dir: str | None = None) -> dict | None:
@@ -126,6 +126,8 @@ def report(table, rows, scale, root, results_dir="results") -> tuple[str, str]:
         workdir = row_workdir(root, table, row, scale)
         card = runcard.load(workdir)
         if card is not None:  # kept beside the table: what a fresh clone reports from
+            if scale.name == "real":
+                card["dev_curve"] = real_page.dev_curve(workdir)
             path = card_copy(table, row, scale, results_dir)
             storage.write_text(path, json.dumps(card, indent=2, sort_keys=True) + "\n")
         else:
@@ -136,13 +138,17 @@ def report(table, rows, scale, root, results_dir="results") -> tuple[str, str]:
         entries.append(
             {
                 "row": row.name,
+                **({"seed": row.seed} if scale.name == "real" else {}),
                 "config": spec(row, scale),
                 "workdir": workdir,
                 "paper": paper,
                 "measured": measured(table, row, card),
             }
         )
-    if table == 3:
+    real = table == 3 and scale.name == "real"
+    if real:
+        noise = real_page.judged(entries)
+    elif table == 3:
         _directions(entries)
     name = stem(table, scale)
     md, js = storage.join(results_dir, name + ".md"), storage.join(results_dir, name + ".json")
@@ -151,8 +157,18 @@ def report(table, rows, scale, root, results_dir="results") -> tuple[str, str]:
     times = [s.get("time", "") for c in cards for s in c.get("scores", {}).values()]
     data = {"table": table, "scale": scale.name, "cards_up_to": max(times, default=None)}
     data["rows"] = entries
+    if real:
+        data["noise"] = noise
+        data["corpus"] = next(
+            (
+                c["reproduce"].get("corpus")
+                for c in cards
+                if c and "reproduce" in c and c["reproduce"].get("corpus")
+            ),
+            None,
+        )
     storage.write_text(js, json.dumps(data, indent=2) + "\n")
-    storage.write_text(md, MARKDOWN[table](data))
+    storage.write_text(md, real_page.markdown(data) if real else MARKDOWN[table](data))
     return md, js
 
 
@@ -188,63 +204,15 @@ def _direction(e, base, ours_key, paper_key) -> str | None:
     return "agrees" if ours_sign == paper_sign else "disagrees"
 
 
-def _num(value, fmt: str) -> str:
-    return "-" if value is None else format(value, fmt)
-
-
-def _pair(ours, paper, fmt) -> str:
-    return f"{_num(ours, fmt)} / {_num(paper, fmt)}"
-
-
-def _title(data: dict, what: str) -> list[str]:
-    scale = data["scale"]
-    note = (
-        " Mini scale (configs/mini.py): each row's change on a small model and the demo "
-        "corpus, so only the direction of each change can be compared with the paper."
-        if scale == "mini"
-        else ""
-    )
-    return [
-        f"# Table {data['table']}: {what}",
-        "",
-        "Measured (ours) beside the paper's figure, built from the rows' run cards (kept in "
-        f"results/cards/; the last score written {data['cards_up_to'] or '-'})." + note,
-        "",
-    ]
-
-
-def _code_lines(data: dict) -> list[str]:
-    """Which commits trained the rows, and whether that code still decides their numbers."""
-    codes = [(e["row"], e["measured"]["code"]) for e in data["rows"] if "code" in e["measured"]]
-    if not codes:
-        return []
-    commits = sorted({x for _, c in codes for x in c["commits"]})
-    short = ", ".join(x[:10] for x in commits) or "unknown"
-    text = (
-        f"Trained at commit {short}"
-        if len(commits) == 1
-        else f"Rows come from {len(commits)} commits ({short}); each row's is in the JSON"
-    )
-    dirty = [r for r, c in codes if c["dirty"]]
-    if dirty:
-        text += f"; with uncommitted changes: {', '.join(dirty)}"
-    stale = sorted({x[:10] for _, c in codes for x in (c["changed_since"] or [])})
-    if stale:
-        text += (
-            f". The code that decides these numbers ({', '.join(CODE_PATHS)}) has changed "
-            f"since {', '.join(stale)}: rerun the rows to refresh them"
-        )
-    return ["", text + "."]
-
-
-def _page(data: dict, title: str, header: str, row, notes: tuple[str, ...] = ()) -> str:
-    """A table's markdown: its title, `header` (one markdown row) and rule, `row(entry)` for
-    each row, then the notes (a blank line before each) and where the rows' code came from."""
-    lines = _title(data, title) + [header, "|" + "---|" * (header.count("|") - 1)]
+def _page(data: dict, what: str, header: str, row, notes: tuple[str, ...] = ()) -> str:
+    """A table's markdown: its title (`what`), `header` (one markdown row) and rule,
+    `row(entry)` for each row, then the notes (a blank line before each) and where the rows'
+    code came from."""
+    lines = title(data, what) + [header, "|" + "---|" * (header.count("|") - 1)]
     lines += [row(e) for e in data["rows"]]
     for note in notes:
         lines += ["", note]
-    return "\n".join(lines + _code_lines(data)) + "\n"
+    return "\n".join(lines + code_lines(data)) + "\n"
 
 
 def _table3_row(e: dict) -> str:
@@ -252,10 +220,10 @@ def _table3_row(e: dict) -> str:
     params = m.get("params")
     inferred = "†" if p.get("params_m_inferred") else ""
     return (
-        f"| {e['row']} | {_pair(params and params / 1e6, p.get('params_m'), '.1f')}{inferred} "
-        f"| {_pair(m.get('dev_ppl'), p.get('dev_ppl'), '.2f')} "
-        f"| {_pair(m.get('tok_bleu'), p.get('dev_bleu'), '.1f')} "
-        f"| {_num(m.get('bleu'), '.1f')} "
+        f"| {e['row']} | {pair(params and params / 1e6, p.get('params_m'), '.1f')}{inferred} "
+        f"| {pair(m.get('dev_ppl'), p.get('dev_ppl'), '.2f')} "
+        f"| {pair(m.get('tok_bleu'), p.get('dev_bleu'), '.1f')} "
+        f"| {num(m.get('bleu'), '.1f')} "
         f"| {m.get('steps', '-')} / {_paper_steps(e)} "
         f"| {d.get('ppl') or '-'}, {d.get('bleu') or '-'} | {m['status']} |"
     )
@@ -287,11 +255,11 @@ def _table2_row(e: dict) -> str:
     m, p = e["measured"], e["paper"]
     sacre = f"{m['bleu']:.1f} ({m.get('bleu_signature')})" if m.get("bleu") is not None else "-"
     hw = "; ".join(m.get("hardware", [])) or "-"
-    hours = _num(m.get("wall_hours"), ".3g")
+    hours = num(m.get("wall_hours"), ".3g")
     return (
-        f"| {e['row']} | {_pair(m.get('tok_bleu'), p.get('test_bleu'), '.2f')} | {sacre} "
-        f"| {_pair(m.get('cost_flops_paper_way'), p.get('train_cost_flops'), '.2g')} "
-        f"| {_num(m.get('model_flops'), '.2g')} | {hw}, {hours} "
+        f"| {e['row']} | {pair(m.get('tok_bleu'), p.get('test_bleu'), '.2f')} | {sacre} "
+        f"| {pair(m.get('cost_flops_paper_way'), p.get('train_cost_flops'), '.2g')} "
+        f"| {num(m.get('model_flops'), '.2g')} | {hw}, {hours} "
         f"| {m.get('averaged') or '-'} | {m['status']} |"
     )
 
@@ -313,10 +281,10 @@ def _table2_md(data: dict) -> str:
 
 def _table4_row(e: dict) -> str:
     m, p = e["measured"], e["paper"]
-    f1 = _pair(m.get("f1"), p.get("test_f1"), ".1f")
+    f1 = pair(m.get("f1"), p.get("test_f1"), ".1f")
     if m.get("comparable") is False:  # another experiment: not beside the paper's figure
         pairs = m.get("train_pairs")
-        f1 = f"{_num(m.get('f1'), '.1f')} (another experiment: {pairs or '?'} training trees)"
+        f1 = f"{num(m.get('f1'), '.1f')} (another experiment: {pairs or '?'} training trees)"
     return f"| {e['row']} | {f1} | {m.get('steps', '-')} | {m['status']} |"
 
 

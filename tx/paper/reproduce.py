@@ -8,7 +8,9 @@ split its numbers come from. `--plan` says what each row will run and cost, `--r
 rows one after another with the same train / average / evaluate functions as the commands
 (each row in its own workdir; finished rows are skipped, interrupted ones resume), and
 `--report` writes results/table<N>.md and .json from the rows' run cards (tx.train.runcard) alone.
-`--scale mini` runs each row through configs/mini.py: the row's change on a small model.
+`--scale mini` runs each row through configs/mini.py: the row's change on a small model;
+`--scale real` through configs/real.py on the corpus in <root>/corpus, the base row under
+several seeds and a second seed for rows within the noise (tx.paper.noise).
 `--root` may be a bucket's prefix (gs://, s3://): the rows' workdirs and run cards are then
 there; the reports stay in the repository's results/.
 """
@@ -25,8 +27,10 @@ import shlex
 import jax
 import ml_collections
 
+from tx import storage
 from tx.config import ConfigError, model_config
 from tx.model.counting import param_counts, train_flops_per_step
+from tx.paper import real
 from tx.paper.report import committed_card, report
 from tx.paper.tables import (
     BASE_ROW,
@@ -44,6 +48,9 @@ from tx.train import runcard
 from tx.train.monitor import peak_tflops
 
 BENCHMARK_RESULTS = os.path.join(os.path.dirname(CONFIGS), "benchmarks", "results")
+# --scale real: the pilot (benchmarks/table3_pilot.py), whose measured step time plans the rows
+# not run yet, scaled by their model FLOPs per step.
+PILOT = os.path.join(BENCHMARK_RESULTS, "table3_real_pilot.json")
 # Padded tokens per sentence assumed for the attention-score FLOPs of a plan (WMT'14 EN-DE
 # sentences average about 27-30 word pieces); those terms are under 2% of the total.
 PLAN_LENGTH = 32
@@ -116,6 +123,10 @@ def expected_hours(
     if measured:
         seconds, where = measured
         return steps * seconds / 3600, where
+    pilot = _pilot_step(scale, hw, flops / steps)
+    if pilot:
+        seconds, where = pilot
+        return steps * seconds / 3600, where
     return None, (
         f"no estimate for {hw.name}: compile it (python benchmarks/compiled_table.py, or "
         "python -m tx compile --topology ...), run the row here once, or pass --mfu"
@@ -152,6 +163,25 @@ def _measured_step(table: int, row: Row, scale: Scale, hw: Hardware, root: str):
             where = same[-1]["hardware"].get("cpu") or same[-1]["hardware"]["device_kind"]
             return secs / steps, f"measured: this row's run card, {steps} steps on {where}"
     return None
+
+
+def _pilot_step(scale: Scale, hw: Hardware, flops_per_step: float):
+    """--scale real: the pilot's measured seconds per step (benchmarks/table3_pilot.py),
+    scaled by this row's model FLOPs per step against the base row's."""
+    if scale.name != "real" or not os.path.exists(PILOT):
+        return None
+    with open(PILOT, encoding="utf-8") as f:
+        pilot = json.load(f)
+    if not _same_platform(pilot["hardware"], hw):
+        return None
+    base = load_row(Row("base", "table3.py:base", "dev"), scale)
+    tokens = base.data.tokens_per_step
+    base_flops = train_flops_per_step(model_config(base), tokens, tokens, PLAN_LENGTH, PLAN_LENGTH)
+    seconds = pilot["pilot"]["seconds_per_step"] * flops_per_step / base_flops
+    return seconds, (
+        f"the pilot's {pilot['pilot']['seconds_per_step']:.3f} s/step x this row's model FLOPs "
+        f"per step / the base's ({flops_per_step / base_flops:.2f})"
+    )
 
 
 def _same_platform(h: dict, hw: Hardware) -> bool:
@@ -208,7 +238,7 @@ def plan_row(
     hours, source = expected_hours(table, row, scale, hw, steps, flops, mfu, root)
     return {
         "table": table,
-        "row": row.name,
+        "row": row.key,
         "config": spec(row, scale),
         "changes": changes(cfg, base),
         "workdir": workdir,
@@ -254,6 +284,14 @@ def format_plan(p: dict) -> str:
             f"expected {hours} ({r['estimate_source']})",
             *(f"    $ {c}" for c in r["commands"]),
         ]
+    known = [r["expected_hours"] for r in p["rows"] if r["expected_hours"] is not None]
+    if known:
+        lines += ["", f"Total: {sum(known):.3g} h for {len(known)} of {len(p['rows'])} rows"]
+    if p["scale"] == "real":
+        lines.append(
+            "Then a second seed for each row within 2 bands of the base row (tx.paper.noise): "
+            "known once the base row's seeds are done; `--run` runs them"
+        )
     return "\n".join(lines)
 
 
@@ -269,7 +307,18 @@ def finished(workdir: str, row: Row, num_steps: int) -> bool:
 
 
 def run(table, rows, scale, root, overrides=(), say=print) -> list[str]:
-    """Trains, averages and evaluates each row not yet finished; returns the workdirs."""
+    """Trains, averages and evaluates each row not yet finished, then (--scale real) the
+    second seeds the noise asks for (`second_seeds`); returns the workdirs."""
+    done = _run_rows(table, rows, scale, root, overrides, say)
+    if scale.name == "real":
+        again = real.second_seeds(table, rows, scale, root)
+        if again:
+            say("second seeds (within 2 bands of base): " + ", ".join(r.key for r in again))
+        done += _run_rows(table, again, scale, root, overrides, say)
+    return done
+
+
+def _run_rows(table, rows, scale, root, overrides, say) -> list[str]:
     from tx.paper.end_to_end import train_average_evaluate  # downstream of the planning half
 
     done = []
@@ -277,12 +326,14 @@ def run(table, rows, scale, root, overrides=(), say=print) -> list[str]:
         cfg = load_row(row, scale, overrides)
         workdir = row_workdir(root, table, row, scale)
         if _agreed(finished(workdir, row, cfg.train.num_steps)):
-            say(f"[{row.name}] finished before: skipped ({workdir})")
+            say(f"[{row.key}] finished before: skipped ({workdir})")
             done.append(workdir)
             continue
         check_data(row, cfg)
-        say(f"[{row.name}] {spec(row, scale)} -> {workdir}")
-        entry = {"table": table, "row": row.name, "scale": scale.name}
+        say(f"[{row.key}] {spec(row, scale)} -> {workdir}")
+        entry = {"table": table, "row": row.name, "scale": scale.name, "seed": row.seed}
+        if scale.name == "real":
+            entry["corpus"] = real.corpus_record(scale.corpus)
         result = train_average_evaluate(
             cfg,
             workdir,
@@ -290,7 +341,7 @@ def run(table, rows, scale, root, overrides=(), say=print) -> list[str]:
             average=cfg.decode.average_last > 1,
             after_train=functools.partial(runcard.record, workdir, "reproduce", entry),
         ).scores
-        say(f"[{row.name}] {row.split}: " + _scores_line(result))
+        say(f"[{row.key}] {row.split}: " + _scores_line(result))
         done.append(workdir)
     return done
 
@@ -347,15 +398,20 @@ def main(
     if mode not in ("plan", "run", "report"):
         raise ConfigError(f"reproduce: mode {mode!r} is not plan, run or report")
     try:
-        chosen = select(table, rows)
-        sized = Scale(scale, steps)
+        corpus = storage.absolute(storage.join(root, "corpus")) if scale == "real" else None
+        sized = Scale(scale, steps, corpus)
+        chosen = select(table, rows, sized)
         hw = hardware(hardware_name)
     except ReproduceError as e:
         raise ConfigError(str(e)) from e
     if mode == "run":
+        if scale == "real":
+            real.corpus_record(corpus)  # the corpus is there, before any row starts
         run(table, chosen, sized, root, overrides)
     if mode in ("run", "report"):
-        for path in report(table, chosen, sized, root, results):
+        for path in report(
+            table, chosen + real.seconds_run(table, chosen, sized, root), sized, root, results
+        ):
             print(f"wrote {path}")
     if mode == "plan":
         p = plan(table, chosen, sized, root, hw, mfu, overrides)
