@@ -116,7 +116,12 @@ def _generate(model, tokenizer, sentences, max_extra_len, beam: int) -> list[lis
                 return_dict_in_generate=True,
                 output_scores=True,
             )
-        texts = tokenizer.batch_decode(res.sequences, skip_special_tokens=True)
+        # Each up to its EOS, without the decoder's start and the padding after: with separate
+        # vocabularies MarianTokenizer knows the source's <pad> as special, not the target's
+        eos = model.config.eos_token_id
+        rows = [r[1:] for r in res.sequences.tolist()]
+        rows = [r[: r.index(eos)] if eos in r else r for r in rows]
+        texts = tokenizer.batch_decode(rows, skip_special_tokens=True)
         scores = res.sequences_scores.tolist() if beam > 1 else [None]
         ended = (res.sequences[:, 1:] == model.config.eos_token_id).int().argmax(1) + 1
         out.append(list(zip(texts, scores, (ended == limit).tolist(), strict=True)))
@@ -229,14 +234,16 @@ def _tx_logits(model, sources, targets):
     return np.asarray(logits)[..., : model.engine.tokenizer.vocab_size], tgt != PAD_ID
 
 
-def _marian_logits(marian, sources, targets, pad: int):
-    """MarianMTModel's logits of `targets` (Marian ids) given `sources`, started from `pad`."""
-    src, tgt = _padded(sources, pad), _padded(targets, pad)
+def _marian_logits(marian, sources, targets, pad: int, source_pad: int | None = None):
+    """MarianMTModel's logits of `targets` (Marian ids) given `sources` (padded with
+    `source_pad`, default `pad`), started from `pad`."""
+    source_pad = pad if source_pad is None else source_pad
+    src, tgt = _padded(sources, source_pad), _padded(targets, pad)
     start = np.concatenate([np.full((len(tgt), 1), pad), tgt[:, :-1]], 1)
     with torch.no_grad():
         out = marian(
             input_ids=torch.tensor(src),
-            attention_mask=torch.tensor(src != pad).long(),
+            attention_mask=torch.tensor(src != source_pad).long(),
             decoder_input_ids=torch.tensor(start),
         )
     return out.logits.numpy()
@@ -368,14 +375,14 @@ def test_what_marian_cannot_express_is_refused_in_one_line(trained, tmp_path, ca
 # Hugging Face -> tx: a random MarianMTModel laid out as OPUS-MT's
 
 
-def _spm_model(sentences) -> bytes:
+def _spm_model(sentences, vocab_size: int = 80) -> bytes:
     import sentencepiece as spm
 
     out = io.BytesIO()
     spm.SentencePieceTrainer.train(
         sentence_iterator=iter(sentences),
         model_writer=out,
-        vocab_size=80,
+        vocab_size=vocab_size,
         model_type="unigram",
         character_coverage=1.0,
         minloglevel=2,
@@ -612,6 +619,198 @@ def test_train_starts_from_the_imported_run(imported, tmp_path):
     # imported model, not a fresh one (whose weights differ from it by ~0.3).
     a, b = (np.asarray(m.engine.params["decoder"]["layer_0"]["ffn"]["wi"]) for m in (model, tuned))
     assert np.max(np.abs(a - b)) < 1e-3
+
+
+# -------------------------------------------------------------------------------------------
+# Hugging Face -> tx: separate vocabularies (share_encoder_decoder_embeddings=False, the
+# Tatoeba-Challenge models): the encoder's matrix over the source's vocabulary, the decoder's
+# over the target's, tied to the softmax
+
+
+def _vocab(sp_model: bytes) -> dict[str, int]:
+    """A Marian vocabulary of one SentencePiece model's pieces: </s> 0, <unk> 1, <pad> last."""
+    import sentencepiece as spm
+
+    sp = spm.SentencePieceProcessor(model_proto=sp_model)
+    pieces = [sp.id_to_piece(i) for i in range(sp.get_piece_size())]
+    pieces = [p for i, p in enumerate(pieces) if not (sp.is_control(i) or sp.is_unknown(i))]
+    vocab = {"</s>": 0, "<unk>": 1, **{p: i for i, p in enumerate(pieces, 2)}}
+    vocab["<pad>"] = len(vocab)
+    return vocab
+
+
+@pytest.fixture(scope="module")
+def untied(tmp_path_factory) -> Opus:
+    """A MarianMTModel with separate vocabularies, as save_pretrained writes it: vocab.json the
+    source's (English pieces), target_vocab.json the target's (German pieces, of another
+    size), each with its own <pad>; the decoder starts from the target's."""
+    root = tmp_path_factory.mktemp("untied")
+    pairs = list(itertools.islice(demo_corpus.generate("train", 3, 1000), 1000))
+    files = {"source.spm": _spm_model((s for s, _ in pairs), vocab_size=96)}  # another size
+    files["target.spm"] = _spm_model(t for _, t in pairs)
+    source, target = _vocab(files["source.spm"]), _vocab(files["target.spm"])
+    files["vocab.json"] = json.dumps(source).encode()
+    files["target_vocab.json"] = json.dumps(target).encode()
+    for name, data in files.items():
+        (root / name).write_bytes(data)
+    tokenizer = transformers.MarianTokenizer(
+        str(root / "source.spm"), str(root / "target.spm"), str(root / "vocab.json"),
+        target_vocab_file=str(root / "target_vocab.json"), separate_vocabs=True,
+        source_lang="en", target_lang="de",
+    )  # fmt: skip
+    torch.manual_seed(1)
+    pad = target["<pad>"]
+    config = transformers.MarianConfig(
+        vocab_size=len(source),
+        decoder_vocab_size=len(target),
+        share_encoder_decoder_embeddings=False,
+        d_model=32,
+        encoder_layers=2,
+        decoder_layers=2,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        encoder_ffn_dim=64,
+        decoder_ffn_dim=64,
+        activation_function="swish",
+        scale_embedding=True,
+        pad_token_id=pad,
+        eos_token_id=0,
+        decoder_start_token_id=pad,
+        forced_eos_token_id=0,
+        max_position_embeddings=128,
+        init_std=0.3,
+    )
+    model = transformers.MarianMTModel(config).eval()
+    with torch.no_grad():
+        model.final_logits_bias.copy_(0.3 * torch.randn(1, len(target)))
+        model.final_logits_bias[0, 0] = 3.0
+        model.model.decoder.embed_tokens.weight[pad] = 0.0
+        for name, p in model.named_parameters():
+            if name.endswith(".bias") and "layer_norm" not in name:
+                p.copy_(0.1 * torch.randn_like(p))
+    directory = str(root / "model")
+    model.save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    assert os.path.exists(os.path.join(directory, "target_vocab.json"))
+    test = list(itertools.islice(demo_corpus.generate("test", 0, 40), 40))
+    buckets = defaults().data.bucket_lengths
+    bucket = [min(b for b in buckets if b >= len(tokenizer(s)["input_ids"])) for s, _ in test]
+    most = max(bucket, key=bucket.count)
+    chosen = [p for p, b in zip(test, bucket, strict=True) if b == most][:4]
+    return Opus(directory, model, tokenizer, [s for s, _ in chosen], [t for _, t in chosen])
+
+
+@pytest.fixture(scope="module")
+def untied_run(untied, tmp_path_factory):
+    import tx
+
+    workdir = str(tmp_path_factory.mktemp("untied_run") / "run")
+    record = json.loads(
+        tx_cli("import", "--from-huggingface", untied.directory, "--workdir", workdir)
+    )
+    return workdir, record, tx.load(workdir)
+
+
+def test_separate_vocabularies_import_with_a_matrix_each(untied, untied_run):
+    _, record, model = untied_run
+    mc = record["model"]
+    source = json.loads(_read(untied.directory, "vocab.json"))
+    target = json.loads(_read(untied.directory, "target_vocab.json"))
+    assert mc["source_vocab_size"] == len(source) + 1 and mc["vocab_size"] == len(target) + 1
+    params = model.engine.params
+    assert set(params) >= {"source_embedding", "target_embedding"}
+    assert "shared_embedding" not in params and "softmax" not in params
+    tok, tokenizer = model.engine.tokenizer, untied.tokenizer
+    ids = [[int(tok.source_order[t]) for t in tok.encode(s)] for s in untied.sources]
+    assert ids == tokenizer(untied.sources)["input_ids"]
+    labels = tokenizer(text_target=untied.references)["input_ids"]
+    targets = [[int(tok.order[t]) for t in tok.encode(s, target=True)] for s in untied.references]
+    assert targets == labels
+    assert [tok.decode(tok.encode(s, target=True)) for s in untied.references] == (
+        tokenizer.batch_decode(labels, skip_special_tokens=True)
+    )
+
+
+# Per-token log-probabilities over the target's vocabulary without <pad> (tx has none to emit;
+# its <s> has -1e4), both sides in float32: each is off by a few 2^-24 of the logits it sums
+# (LOGITS_ATOL's reasoning), so relative to its size: 1e-5 of it, and 1e-6 for those near 0.
+# Observed: 1.7e-6 relative (1.1e-5 absolute at log p = -6.8).
+LOG_PROB_RTOL, LOG_PROB_ATOL = 1e-5, 1e-6
+
+
+def test_separate_vocabularies_score_as_transformers(untied, untied_run):
+    model = untied_run[2]
+    tok = model.engine.tokenizer
+    sources = [tok.encode(s) for s in untied.sources]
+    targets = [tok.encode(t, target=True) for t in untied.references]
+    got, real = _tx_logits(model, sources, targets)
+    want = _marian_logits(
+        untied.model,
+        [tok.source_order[s] for s in sources],
+        [tok.order[t] for t in targets],
+        int(tok.order[PAD_ID]),
+        int(tok.source_order[PAD_ID]),
+    )
+    pad = int(tok.order[PAD_ID])
+    got, want = np.array(got), np.array(want)
+    want[..., pad] = got[..., PAD_ID] = -np.inf  # <pad> out of both softmaxes
+    theirs = torch.log_softmax(torch.tensor(want), -1).numpy()
+    ours = torch.log_softmax(torch.tensor(got), -1).numpy()
+    tgt = _padded(targets, PAD_ID)
+    got_lp = np.take_along_axis(ours, tgt[..., None], -1)[..., 0][real]
+    want_lp = np.take_along_axis(theirs, tok.order[tgt][..., None], -1)[..., 0][real]
+    np.testing.assert_allclose(got_lp, want_lp, rtol=LOG_PROB_RTOL, atol=LOG_PROB_ATOL)
+
+
+def test_separate_vocabularies_search_as_generate(untied, untied_run):
+    masked = copy.deepcopy(untied.model)
+    with torch.no_grad():
+        masked.final_logits_bias[0, masked.config.pad_token_id] = hf.NEVER_LOGIT
+    _assert_same_search(untied_run[2], masked, untied.tokenizer, untied.sources, **SEARCH)
+
+
+def test_separate_vocabularies_export_back_as_they_came(untied, untied_run, tmp_path):
+    out = str(tmp_path / "back")
+    tx_cli("export", "--workdir", untied_run[0], "--format", "huggingface", "--out", out)
+    original = safetensors.load_file(os.path.join(untied.directory, "model.safetensors"))
+    back = safetensors.load_file(os.path.join(out, "model.safetensors"))
+    for key in original:
+        np.testing.assert_array_equal(back[key], original[key], err_msg=key)
+    for name in ("source.spm", "target.spm", "vocab.json", "target_vocab.json"):
+        assert _read(untied.directory, name) == _read(out, name), name
+    before, after = (json.loads(_read(d, "config.json")) for d in (untied.directory, out))
+    differ = {k for k in before.keys() | after.keys() if before.get(k) != after.get(k)}
+    assert differ <= {"transformers_version"}, {k: (before.get(k), after.get(k)) for k in differ}
+    again = transformers.MarianTokenizer.from_pretrained(out)
+    assert again(untied.sources)["input_ids"] == untied.tokenizer(untied.sources)["input_ids"]
+
+
+@pytest.mark.slow  # as test_train_starts_from_the_imported_run
+def test_separate_vocabularies_fine_tune(untied_run, tmp_path):
+    """train.init_from on the untied import: each side's corpus text through its own
+    vocabulary, the two matrices trained, the files copied, and the run translates."""
+    import tx
+
+    source, _, model = untied_run
+    pairs = list(itertools.islice(demo_corpus.generate("train", 2, 40), 40))
+    (tmp_path / "train.en").write_text("".join(s + "\n" for s, _ in pairs))
+    (tmp_path / "train.de").write_text("".join(t + "\n" for _, t in pairs))
+    workdir = str(tmp_path / "tuned")
+    tx_cli(
+        "train", "--config", wd.config_file(source), "--workdir", workdir,
+        f"--config.train.init_from={source}", f"--config.data.train_prefix={tmp_path}/train",
+        "--config.train.num_steps=2", "--config.train.checkpoint_every_steps=2",
+        "--config.train.eval_every_steps=0", "--config.data.tokens_per_step=512",
+        "--config.data.max_len=64", "--config.data.bucket_lengths=(64,)",
+        "--config.data.num_workers=1",
+    )  # fmt: skip
+    for name in ("source.spm", "target.spm", "vocab.json", "target_vocab.json"):
+        assert _read(workdir, name) == _read(source, name), name
+    tuned = tx.load(workdir, checkpoint=2)
+    for name in ("source_embedding", "target_embedding"):
+        a, b = (np.asarray(m.engine.params[name]["embedding"]) for m in (model, tuned))
+        assert a.shape == b.shape and 0 < np.max(np.abs(a - b)) < 1e-3, name
+    assert len(tuned.translate(["The dog sees a cat."], beam=1)) == 1
 
 
 def test_a_model_tx_cannot_express_is_refused_in_one_line(opus, tmp_path, capsys):

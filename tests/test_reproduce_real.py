@@ -181,6 +181,7 @@ def test_the_report_from_cards_alone(tmp_path):
     assert "| A1 |" in text and "agrees" in text and "seed 0: training: step 10 of" in text
     assert "Dev PPL: 1 agrees; 1 within noise (D3); 0 disagrees." in text
     assert "50,000 training pairs" in text
+    assert (results / "table3-real-curves.png").stat().st_size > 0  # base's and A1's curves
     shutil.copy(md, tmp_path / "first.md")
     report.report(3, chosen, REAL, str(tmp_path / "gone"), str(results))
     assert open(md).read() == (tmp_path / "first.md").read_text()

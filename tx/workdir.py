@@ -61,8 +61,9 @@ def _in_run(name: str):
 
 
 # A run's vocabulary: one SentencePiece model for source and target (spm.model, tx's own), or
-# two mapped through one list of pieces (an imported Marian model's: tx.data.tokenizer).
-VOCABULARY_FILES = ("spm.model", "source.spm", "target.spm", "vocab.json")
+# two mapped through one list of pieces, or through two (an imported Marian model's:
+# tx.data.tokenizer).
+VOCABULARY_FILES = ("spm.model", "source.spm", "target.spm", "vocab.json", "target_vocab.json")
 
 config_file = _in_run("config.json")
 vocab_file = _in_run("spm.model")

@@ -7,7 +7,8 @@ SentencePiece models mapped through one vocabulary.
                       checked against them.
     MappedTokenizer   source.spm, target.spm, vocab.json (Marian's own files): source text is
                       cut into pieces by source.spm, target text by target.spm, and each piece
-                      is the id vocab.json gives it, renumbered in tx's order (`import_order`)
+                      is the id vocab.json gives it, renumbered in tx's order (`import_order`);
+                      with target_vocab.json (separate vocabularies) target pieces take its ids
 
 Both have one interface: `encode(text, target=False)` (a caller encoding target text, such as
 the token cache or a forced reference, says `target=True`), `encode_batch`, `decode` (target
@@ -93,8 +94,9 @@ class Tokenizer:
     def encode_batch(self, texts: Sequence[str], target: bool = False) -> list[list[int]]:
         return [ids + [EOS_ID] for ids in self.sp.encode(list(texts))]
 
-    def piece(self, i: int) -> str:
-        """The piece of id `i` as SentencePiece spells it ("▁" starts a word)."""
+    def piece(self, i: int, source: bool = False) -> str:
+        """The piece of id `i` as SentencePiece spells it ("▁" starts a word); one vocabulary
+        for both sides (`source` as MappedTokenizer's)."""
         return self.sp.id_to_piece(int(i))
 
     def decode(self, ids: Iterable[int]) -> str:
@@ -105,6 +107,9 @@ class Tokenizer:
 # An imported Marian run's vocabulary (tx.workdir.VOCABULARY_FILES), as Marian names its files.
 SOURCE_SPM, TARGET_SPM, VOCAB_JSON = "source.spm", "target.spm", "vocab.json"
 MAPPED_FILES = (SOURCE_SPM, TARGET_SPM, VOCAB_JSON)
+# Separate vocabularies (MarianTokenizer's separate_vocabs, the Tatoeba-Challenge models'):
+# vocab.json is the source's, this file the target's.
+TARGET_VOCAB_JSON = "target_vocab.json"
 # The pieces Marian's vocab.json gives its special tokens (MarianTokenizer's defaults).
 MARIAN_PAD, MARIAN_EOS, MARIAN_UNK = "<pad>", "</s>", "<unk>"
 # tx's start token: OPUS-MT's vocabularies lack it (a row tx adds); a tx run's export has it.
@@ -113,14 +118,17 @@ BOS_PIECE = "<s>"
 
 class MappedTokenizer:
     """Two SentencePiece models (source.spm, target.spm) whose pieces are ids through one
-    vocabulary (vocab.json: piece -> Marian id), as transformers' MarianTokenizer reads them:
-    text -> pieces (the side's model) -> vocab.json's id (<unk>'s for a piece it lacks) -> tx's
-    id (`import_order`: tx's reserved ids first). Ids decode to target text through
-    target.spm; <s> is never produced."""
+    vocabulary (vocab.json: piece -> Marian id), or two (vocab.json the source's,
+    target_vocab.json the target's: Marian's separate vocabularies), as transformers'
+    MarianTokenizer reads them: text -> pieces (the side's model) -> the side's vocabulary's id
+    (<unk>'s for a piece it lacks) -> tx's id (`import_order`: tx's reserved ids first). Ids
+    decode to target text through target.spm; <s> is never produced. `vocab_size` is the
+    target's; `source_vocab_size` the source's where the two differ (else 0)."""
 
     def __init__(self, directory: str, files: dict[str, bytes] | None = None):
-        """`directory`: a run (local or a bucket's prefix) holding MAPPED_FILES, read whole,
-        unless `files` ({name: content}) gives them already read."""
+        """`directory`: a run (local or a bucket's prefix) holding MAPPED_FILES (and
+        TARGET_VOCAB_JSON where it has one), read whole, unless `files` ({name: content})
+        gives them already read."""
         if files is None:
             files = {}
             for name in MAPPED_FILES:
@@ -128,14 +136,29 @@ class MappedTokenizer:
                 if not storage.exists(path):
                     raise VocabularyError(f"{path} is missing: the run's vocabulary is incomplete")
                 files[name] = storage.read_bytes(path)
+            target_vocab = storage.join(directory, TARGET_VOCAB_JSON)
+            if storage.exists(target_vocab):
+                files[TARGET_VOCAB_JSON] = storage.read_bytes(target_vocab)
         self.path, self.files = directory, files
         self.source_sp = _processor(files[SOURCE_SPM], storage.join(directory, SOURCE_SPM))
         self.target_sp = _processor(files[TARGET_SPM], storage.join(directory, TARGET_SPM))
-        vocab = read_vocab(files[VOCAB_JSON], storage.join(directory, VOCAB_JSON))
-        self.order = import_order(vocab)  # [V] Marian id of each tx id, -1 for <s>
-        by_marian = {i: p for p, i in vocab.items()}
-        self.pieces = [by_marian[m] if m >= 0 else BOS_PIECE for m in self.order]
-        self.ids = {by_marian[m]: t for t, m in enumerate(self.order) if m >= 0}
+        source = read_vocab(files[VOCAB_JSON], storage.join(directory, VOCAB_JSON))
+        target = source
+        if TARGET_VOCAB_JSON in files:
+            path = storage.join(directory, TARGET_VOCAB_JSON)
+            target = read_vocab(files[TARGET_VOCAB_JSON], path)
+        self.order = import_order(target)  # [V] Marian id of each tx id, -1 for <s>
+        self.source_order = import_order(source) if target is not source else self.order
+        self.pieces = _pieces(target, self.order)
+        self.source_pieces = _pieces(source, self.source_order)
+        self.ids = {p: t for t, p in enumerate(self.pieces) if self.order[t] >= 0}
+        self.source_ids = {
+            p: t for t, p in enumerate(self.source_pieces) if self.source_order[t] >= 0
+        }
+
+    @property
+    def source_vocab_size(self) -> int:
+        return len(self.source_order) if TARGET_VOCAB_JSON in self.files else 0
 
     def __reduce__(self):
         return MappedTokenizer, (self.path, self.files)
@@ -151,8 +174,10 @@ class MappedTokenizer:
 
     @property
     def fingerprint(self) -> str:
-        """sha256 of the lines "<file> <its sha256>" of MAPPED_FILES, in that order."""
-        lines = "".join(f"{n} {hashlib.sha256(self.files[n]).hexdigest()}\n" for n in MAPPED_FILES)
+        """sha256 of the lines "<file> <its sha256>" of MAPPED_FILES (then TARGET_VOCAB_JSON
+        where there is one), in that order."""
+        names = [n for n in (*MAPPED_FILES, TARGET_VOCAB_JSON) if n in self.files]
+        lines = "".join(f"{n} {hashlib.sha256(self.files[n]).hexdigest()}\n" for n in names)
         return hashlib.sha256(lines.encode()).hexdigest()
 
     def encode(self, text: str, target: bool = False) -> list[int]:
@@ -163,7 +188,7 @@ class MappedTokenizer:
         sp = self.target_sp if target else self.source_sp
         split = [_language_code(t) for t in texts]
         pieces = sp.encode([text for _, text in split], out_type=str)
-        get = self.ids.get
+        get = (self.ids if target else self.source_ids).get
         return [
             [get(p, UNK_ID) for p in code + ps] + [EOS_ID]
             for (code, _), ps in zip(split, pieces, strict=True)
@@ -176,8 +201,15 @@ class MappedTokenizer:
         pieces = [self.pieces[i] for i in content(ids)]
         return self.target_sp.decode_pieces(pieces).replace("▁", " ").strip()
 
-    def piece(self, i: int) -> str:
-        return self.pieces[int(i)]
+    def piece(self, i: int, source: bool = False) -> str:
+        """The piece of tx id `i` of the target's vocabulary, or of the source's."""
+        return (self.source_pieces if source else self.pieces)[int(i)]
+
+
+def _pieces(vocab: dict[str, int], order: np.ndarray) -> list[str]:
+    """The piece of each tx id (`order`: its Marian id), BOS_PIECE for a row tx added."""
+    by_marian = {i: p for p, i in vocab.items()}
+    return [by_marian[m] if m >= 0 else BOS_PIECE for m in order]
 
 
 def _language_code(text: str) -> tuple[list[str], str]:

@@ -83,7 +83,7 @@ def align(loaded, pairs: list[tuple[list[int], list[int]]], layer: int = DEFAULT
     for idx, inputs, targets in padded_batches(pairs):
         _, _, cross = attention_weights(loaded.model, loaded.params, inputs, targets)
         cross = cross[:, layer].mean(1)  # [b, t, s]: the chosen layer, mean over heads
-        src_pieces = batch_pieces(loaded.tokenizer, inputs)
+        src_pieces = batch_pieces(loaded.tokenizer, inputs, source=True)
         tgt_pieces = batch_pieces(loaded.tokenizer, targets)
         for r, i in enumerate(idx):
             s, t = len(src_pieces[r]), len(tgt_pieces[r])
@@ -114,6 +114,6 @@ def padded_batches(pairs, rows: int = 32, multiple: int = 16, skip_empty: bool =
             yield idx, inputs, targets
 
 
-def batch_pieces(tokenizer, ids: np.ndarray) -> list[list[str]]:
+def batch_pieces(tokenizer, ids: np.ndarray, source: bool = False) -> list[list[str]]:
     """Pieces of each row of a padded id array [b, l] (padding left out)."""
-    return [pieces(tokenizer, row[row != PAD_ID]) for row in ids]
+    return [pieces(tokenizer, row[row != PAD_ID], source) for row in ids]

@@ -85,13 +85,14 @@ def sentence_maps(loaded, source_ids, target_ids) -> AttentionMaps:
         encoder[0],
         decoder[0],
         cross[0],
-        pieces(loaded.tokenizer, source_ids),
+        pieces(loaded.tokenizer, source_ids, source=True),
         target,
         ["<s>", *target[:-1]],
     )
 
 
-def pieces(tokenizer, ids) -> list[str]:
-    """Sub-word pieces of `ids` as SentencePiece spells them ("▁" starts a word), EOS as </s>."""
+def pieces(tokenizer, ids, source: bool = False) -> list[str]:
+    """Sub-word pieces of `ids` (the source's vocabulary's with `source`) as SentencePiece
+    spells them ("▁" starts a word), EOS as </s>."""
     special = {EOS_ID: "</s>", BOS_ID: "<s>"}
-    return [special.get(int(i)) or tokenizer.piece(int(i)) for i in ids]
+    return [special.get(int(i)) or tokenizer.piece(int(i), source) for i in ids]

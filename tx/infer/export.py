@@ -147,6 +147,7 @@ _PAPER_ONLY = (
     ("attention_bias", False),
     ("logits_bias", False),
     ("decoder_start", "token"),
+    ("source_vocab_size", 0),  # separate vocabularies (Marian's): no tx export writes two
 )
 
 

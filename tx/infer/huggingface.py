@@ -54,7 +54,7 @@ import numpy as np
 
 from tx.config import ConfigError
 from tx.data import tokenizer as tokenizers
-from tx.model.layers import sinusoidal_encoding
+from tx.model.layers import padded_rows, sinusoidal_encoding
 from tx.model.transformer_config import ModelConfig
 from tx.tokens import BOS_ID, EOS_ID, PAD_ID
 
@@ -119,15 +119,24 @@ def marian_position_table(d_model: int, rows: int) -> np.ndarray:
     return out
 
 
-def marian_config(mc: ModelConfig, max_positions: int, order: np.ndarray | None = None) -> dict:
+def marian_config(
+    mc: ModelConfig,
+    max_positions: int,
+    order: np.ndarray | None = None,
+    source_order: np.ndarray | None = None,
+) -> dict:
     """transformers' MarianConfig fields for `mc` (its config.json). `order`: an imported
-    model's `import_order` (its own ids back); None: tx's ids are the Marian ids."""
+    model's `import_order` (its own ids back); None: tx's ids are the Marian ids.
+    `source_order`: the source vocabulary's, for separate vocabularies (model.source_vocab_size)."""
     pad, eos = (PAD_ID, EOS_ID) if order is None else (int(order[PAD_ID]), int(order[EOS_ID]))
     size = mc.vocab_size if order is None else mc.vocab_size - int(np.sum(order < 0))
+    source_size = size
+    if mc.source_vocab_size:
+        source_size = mc.source_vocab_size - int(np.sum(source_order < 0))
     return {
         "architectures": ["MarianMTModel"],
         "model_type": "marian",
-        "vocab_size": size,
+        "vocab_size": source_size,
         "decoder_vocab_size": size,
         "d_model": mc.d_model,
         "encoder_layers": mc.num_encoder_layers,
@@ -139,7 +148,7 @@ def marian_config(mc: ModelConfig, max_positions: int, order: np.ndarray | None 
         "activation_function": ACTIVATIONS[mc.activation],
         "max_position_embeddings": max_positions,
         "scale_embedding": True,
-        "share_encoder_decoder_embeddings": True,
+        "share_encoder_decoder_embeddings": not mc.source_vocab_size,
         "tie_word_embeddings": True,
         "dropout": mc.dropout_rate,
         "attention_dropout": mc.attention_dropout_rate,
@@ -158,14 +167,18 @@ def to_marian(
     params: dict,
     vocab_order: np.ndarray | None = None,
     max_positions: int = MIN_POSITIONS,
+    source_order: np.ndarray | None = None,
 ) -> dict[str, np.ndarray]:
     """tx parameters (numpy) -> MarianMTModel's state dict (float32, torch's layouts; tied
-    weights once, as model.shared.weight), its position tables `max_positions` long (as
-    `marian_config`'s). `vocab_order`: as for `marian_config`."""
+    weights once, as model.shared.weight, or model.encoder.embed_tokens.weight and
+    model.decoder.embed_tokens.weight for separate vocabularies), its position tables
+    `max_positions` long (as `marian_config`'s). `vocab_order`, `source_order`: as for
+    `marian_config`."""
     check_exportable(mc)
     order = channel_order(mc.d_model)
     state = {}
-    shared = np.array(params["shared_embedding"]["embedding"][: mc.vocab_size], np.float32)
+    target = "target_embedding" if mc.source_vocab_size else "shared_embedding"
+    shared = np.array(params[target]["embedding"][: mc.vocab_size], np.float32)
     encoder_table, decoder_table = _tables_out(mc, params, max_positions)
     if vocab_order is not None and vocab_order[BOS_ID] < 0:
         # OPUS-MT's vocabulary has no <s>: Marian's start token, <pad>, carries tx's start
@@ -174,7 +187,13 @@ def to_marian(
         if mc.decoder_start == "token":  # at the only place it is read: see the docstring
             decoder_table[0] += shared[BOS_ID] * np.float32(np.sqrt(mc.d_model))
         shared[PAD_ID] = 0.0  # padding's row is read by nothing in tx
-    state["model.shared.weight"] = _marian_rows(shared, vocab_order)[:, order]
+    if mc.source_vocab_size:
+        source = np.array(params["source_embedding"]["embedding"], np.float32)
+        source = _marian_rows(source[: mc.source_vocab_size], source_order)
+        state["model.encoder.embed_tokens.weight"] = source[:, order]
+        state["model.decoder.embed_tokens.weight"] = _marian_rows(shared, vocab_order)[:, order]
+    else:
+        state["model.shared.weight"] = _marian_rows(shared, vocab_order)[:, order]
     state["model.encoder.embed_positions.weight"] = encoder_table[:, order]
     state["model.decoder.embed_positions.weight"] = decoder_table[:, order]
     for stack, blocks in (("encoder", _ENCODER), ("decoder", _DECODER)):
@@ -284,8 +303,6 @@ def check_importable(config: dict) -> None:
         unsupported.append("scale_embedding=False (tx scales embeddings by sqrt(d_model))")
     if config.get("normalize_before", False) or config.get("normalize_embedding", False):
         unsupported.append("normalize_before / normalize_embedding (tx's Marian is post-LN)")
-    if not config.get("share_encoder_decoder_embeddings", True):
-        unsupported.append("share_encoder_decoder_embeddings=False (separate vocabularies)")
     if config.get("encoder_attention_heads") != config.get("decoder_attention_heads"):
         unsupported.append("different head counts in the encoder and the decoder")
     if config.get("encoder_ffn_dim") != config.get("decoder_ffn_dim"):
@@ -303,16 +320,23 @@ def check_importable(config: dict) -> None:
 
 
 def model_section(
-    config: dict, state: dict, order: np.ndarray, tx_config: dict | None = None
+    config: dict,
+    state: dict,
+    order: np.ndarray,
+    tx_config: dict | None = None,
+    source_order: np.ndarray | None = None,
 ) -> dict:
     """tx's `model` config section for a MarianConfig (its config.json), its state dict
-    (`read_weights`'s) and its vocabulary's `import_order`; HuggingFaceError for what tx
-    cannot express. `tx_config`: a tx run's export's tx_config.json, whose LayerNorm epsilon
-    comes back (MarianConfig has no field for it: transformers uses torch's 1e-5)."""
+    (`read_weights`'s) and its vocabulary's `import_order` (the target's; `source_order` the
+    source's, for separate vocabularies); HuggingFaceError for what tx cannot express.
+    `tx_config`: a tx run's export's tx_config.json, whose LayerNorm epsilon comes back
+    (MarianConfig has no field for it: transformers uses torch's 1e-5)."""
     check_importable(config)
     activation = config.get("activation_function", "gelu")
+    separate = not config.get("share_encoder_decoder_embeddings", True)
     return {
         "vocab_size": len(order),  # with a row for <s> where vocab.json has none
+        "source_vocab_size": len(source_order) if separate else 0,
         "d_model": int(config["d_model"]),
         "num_heads": int(config["encoder_attention_heads"]),
         "d_ff": int(config["encoder_ffn_dim"]),
@@ -364,7 +388,7 @@ def import_fields(config: dict, state: dict, order: np.ndarray) -> dict:
     m = int(config["d_model"])
     encoder, decoder = marian_tables(config, state)
     sinusoids = position_table(m, encoder.shape[0])
-    shared = state["model.shared.weight"]
+    shared = target_embedding(state)
     pad_row = shared[int(config["pad_token_id"])]
     same_rest = np.array_equal(encoder, sinusoids) and np.array_equal(decoder[1:], sinusoids[1:])
     learned = {"positional": "learned", "max_len": int(encoder.shape[0])}
@@ -386,30 +410,53 @@ def import_fields(config: dict, state: dict, order: np.ndarray) -> dict:
     return {**learned, "decoder_start": "zero"}  # whatever row 0 holds, the table keeps
 
 
-def import_order(vocab: dict[str, int], config: dict) -> np.ndarray:
-    """[V] int: the Marian id of each tx id, -1 for tx's <s> where vocab.json has none (a row
-    of its own): the order of tx.data.tokenizer.import_order, for a model whose config.json
-    agrees with its vocab.json."""
-    if "<unk>" not in vocab:
-        raise HuggingFaceError("vocab.json has no <unk>: not a Marian tokenizer's vocabulary")
+def import_order(
+    vocab: dict[str, int], config: dict, target_vocab: dict[str, int] | None = None
+) -> np.ndarray:
+    """[V] int: the Marian id of each tx id of the target's vocabulary (vocab.json, or
+    `target_vocab`: target_vocab.json of separate vocabularies), -1 for tx's <s> where it has
+    none (a row of its own): the order of tx.data.tokenizer.import_order, for a model whose
+    config.json agrees with its vocabularies."""
+    separate = not config.get("share_encoder_decoder_embeddings", True)
+    if separate and target_vocab is None:
+        raise HuggingFaceError(
+            "share_encoder_decoder_embeddings=False (separate vocabularies) needs the target's "
+            f"vocabulary, {tokenizers.TARGET_VOCAB_JSON} (MarianTokenizer's separate_vocabs)"
+        )
+    target = target_vocab if separate else vocab
+    names = {id(vocab): tokenizers.VOCAB_JSON, id(target): tokenizers.TARGET_VOCAB_JSON}
+    for v in (vocab, target):
+        if "<unk>" not in v:
+            raise HuggingFaceError(
+                f"{names[id(v)]} has no <unk>: not a Marian tokenizer's vocabulary"
+            )
     pad, eos = int(config["pad_token_id"]), int(config["eos_token_id"])
     if int(config.get("decoder_start_token_id", pad)) != pad:
         raise HuggingFaceError(
             "decoder_start_token_id is not pad_token_id: tx imports Marian models whose "
             "decoder starts from <pad>, as OPUS-MT's"
         )
+    where = names[id(target)]
     have = {
-        "vocab_size": (int(config["vocab_size"]), len(vocab)),
-        "pad_token_id": (pad, vocab.get(tokenizers.MARIAN_PAD)),
-        "eos_token_id": (eos, vocab.get(tokenizers.MARIAN_EOS)),
+        "vocab_size": (int(config["vocab_size"]), len(vocab), tokenizers.VOCAB_JSON),
+        "pad_token_id": (pad, target.get(tokenizers.MARIAN_PAD), where),
+        "eos_token_id": (eos, target.get(tokenizers.MARIAN_EOS), where),
     }
-    differ = [f"{k} {a} (vocab.json: {b})" for k, (a, b) in have.items() if a != b]
+    if separate:
+        have["decoder_vocab_size"] = (int(config["decoder_vocab_size"]), len(target), where)
+    differ = [f"{k} {a} ({f}: {b})" for k, (a, b, f) in have.items() if a != b]
     if differ:
         raise HuggingFaceError(
-            "config.json and vocab.json disagree: " + "; ".join(differ) + " (tx reads the "
+            "config.json and the vocabulary disagree: " + "; ".join(differ) + " (tx reads the "
             "special tokens as MarianTokenizer names them: <pad>, </s>, <unk>)"
         )
-    return tokenizers.import_order(vocab)
+    return tokenizers.import_order(target)
+
+
+def target_embedding(state: dict) -> np.ndarray:
+    """The decoder's embedding [V, m] (Marian's ids and channels) of a state dict."""
+    shared = state.get("model.shared.weight")
+    return shared if shared is not None else state["model.decoder.embed_tokens.weight"]
 
 
 def export_order(vocab_size: int) -> np.ndarray:
@@ -417,9 +464,12 @@ def export_order(vocab_size: int) -> np.ndarray:
     return (np.arange(vocab_size) - 1) % vocab_size
 
 
-def from_marian(mc: ModelConfig, state: dict, order: np.ndarray) -> dict:
+def from_marian(
+    mc: ModelConfig, state: dict, order: np.ndarray, source_order: np.ndarray | None = None
+) -> dict:
     """MarianMTModel's state dict (numpy, float32) -> tx parameters for `mc` (from
-    `model_section`), the vocabulary in tx's order (`import_order`)."""
+    `model_section`), the vocabulary in tx's order (`import_order`; `source_order` the
+    source's, for separate vocabularies)."""
     perm = channel_order(mc.d_model)
     inverse = np.argsort(perm)  # tx channel i is Marian's channel inverse[i]
 
@@ -429,15 +479,12 @@ def from_marian(mc: ModelConfig, state: dict, order: np.ndarray) -> dict:
         out[order < 0] = 0.0
         return out
 
-    shared = rows(state["model.shared.weight"])
+    marian_target = np.asarray(target_embedding(state), np.float32)
+    shared = rows(marian_target)
     if order[BOS_ID] < 0:  # Marian's start token's row: the start (import_fields)
-        shared[BOS_ID] = np.asarray(state["model.shared.weight"], np.float32)[order[PAD_ID]]
-    shared = shared[:, inverse]
-    rows_padded = mc.vocab_rows
+        shared[BOS_ID] = marian_target[order[PAD_ID]]
     params = {
-        "shared_embedding": {
-            "embedding": np.pad(shared, ((0, rows_padded - shared.shape[0]), (0, 0)))
-        },
+        **_embeddings_in(mc, state, shared[:, inverse], source_order, inverse),
         "final_logits_bias": rows(state["final_logits_bias"].reshape(-1)),
         "encoder": {},
         "decoder": {},
@@ -460,6 +507,25 @@ def from_marian(mc: ModelConfig, state: dict, order: np.ndarray) -> dict:
                     layer[tx_name] = _attention_in(state, f"{prefix}.{marian}", mc, inverse)
             params[stack][f"layer_{i}"] = layer
     return params
+
+
+def _embeddings_in(mc, state, target, source_order, inverse) -> dict:
+    """The embedding parameters: one shared matrix, or (separate vocabularies) the encoder's
+    over the source's ids and the decoder's; rows padded to model.vocab_multiple."""
+
+    def padded(x, rows):
+        return {"embedding": np.pad(x, ((0, rows - x.shape[0]), (0, 0)))}
+
+    if not mc.source_vocab_size:
+        return {"shared_embedding": padded(target, mc.vocab_rows)}
+    source = np.asarray(state["model.encoder.embed_tokens.weight"], np.float32)
+    source = source[np.maximum(source_order, 0)]
+    source[source_order < 0] = 0.0  # tx's <s> row: no source token is <s>
+    rows = padded_rows(mc.source_vocab_size, mc.vocab_multiple)
+    return {
+        "source_embedding": padded(source[:, inverse], rows),
+        "target_embedding": padded(target, mc.vocab_rows),
+    }
 
 
 def _norm_in(state, prefix, inverse):

@@ -13,6 +13,7 @@ The export (DIR, written whole by tx.infer.export) holds what `MarianMTModel.fro
                            start token, are what transformers adds
   generation_config.json   the run's search as `generate` reads it (below)
   source.spm, target.spm, vocab.json, tokenizer_config.json, special_tokens_map.json
+                           (target_vocab.json: separate vocabularies, imported)
                            a tx run: its spm.model as both models, vocab.json its pieces at
                            Marian's ids (huggingface.export_order); an imported run: its own
                            files and ids, and its original max_position_embeddings
@@ -52,7 +53,10 @@ The import (W, a new run) holds:
                            needs W's model: `train --config W/config.json
                            --config.train.init_from=W ...`
   source.spm, target.spm, vocab.json, vocab.sha256   the vocabulary (tx.data.tokenizer
-                           .MappedTokenizer) and its fingerprint
+                           .MappedTokenizer) and its fingerprint; target_vocab.json too for
+                           separate vocabularies (share_encoder_decoder_embeddings=False: the
+                           Tatoeba-Challenge models), whose two matrices are the model's
+                           source_vocab_size rows and its target's, tied to the softmax
   averaged/0               the parameters as the run's average (tx.train.averaging), their meta
                            naming the directory they came from: translate, evaluate, export
                            and train.init_from take them as a trained run's
@@ -112,8 +116,15 @@ def write_export(directory: str, cfg, mc, params: dict, tokenizer, workdir: str)
         raise hf.HuggingFaceError(
             f"the vocabulary has {tokenizer.vocab_size} pieces but model.vocab_size={mc.vocab_size}"
         )
+    source_order = None
     if isinstance(tokenizer, tokenizers.MappedTokenizer):  # imported: its own files and ids
         order, files = tokenizer.order, dict(tokenizer.files)
+        source_order = tokenizer.source_order if tokenizer.source_vocab_size else None
+        if tokenizer.source_vocab_size != mc.source_vocab_size:
+            raise hf.HuggingFaceError(
+                f"the source vocabulary has {tokenizer.source_vocab_size} pieces but "
+                f"model.source_vocab_size={mc.source_vocab_size}"
+            )
     else:
         order = hf.export_order(mc.vocab_size)
         files = {
@@ -121,7 +132,7 @@ def write_export(directory: str, cfg, mc, params: dict, tokenizer, workdir: str)
         }
         files[tokenizers.VOCAB_JSON] = _json(_vocab_json(tokenizer, order))
     positions = max_positions(cfg, workdir)
-    marian = hf.marian_config(mc, positions, order)
+    marian = hf.marian_config(mc, positions, order, source_order)
     config = {**(_original(workdir, "config.json") or {}), **marian, "dtype": "float32"}
     files["config.json"] = _json(config)
     length = min(positions, cfg.data.max_len + cfg.decode.max_extra_len + 1)
@@ -141,7 +152,7 @@ def write_export(directory: str, cfg, mc, params: dict, tokenizer, workdir: str)
             "tokenizer_class": "MarianTokenizer",
             "source_lang": cfg.data.src_lang,
             "target_lang": cfg.data.tgt_lang,
-            "separate_vocabs": False,
+            "separate_vocabs": bool(mc.source_vocab_size),
             "model_max_length": positions,
             **special,
         },
@@ -152,7 +163,7 @@ def write_export(directory: str, cfg, mc, params: dict, tokenizer, workdir: str)
     for name, data in files.items():
         with open(os.path.join(directory, name), "wb") as f:
             f.write(data)
-    state = hf.to_marian(mc, params, order, positions)
+    state = hf.to_marian(mc, params, order, positions, source_order)
     # C order: safetensors.numpy writes an array's buffer as it lies in memory, and the
     # channel permutation leaves some of them in Fortran order.
     state = {k: np.ascontiguousarray(v) for k, v in state.items()}
@@ -221,18 +232,23 @@ def import_marian(source: str, workdir: str) -> dict:
             "(model_type 'marian', as OPUS-MT's)"
         )
     hf.check_importable(config)  # before reading the rest
-    files = {n: _read_bytes(source, n) for n in tokenizers.MAPPED_FILES}
+    separate = not config.get("share_encoder_decoder_embeddings", True)
+    names = tokenizers.MAPPED_FILES + ((tokenizers.TARGET_VOCAB_JSON,) if separate else ())
+    files = {n: _read_bytes(source, n) for n in names}
     tokenizer = tokenizers.MappedTokenizer(source, files)
-    vocab_json = storage.join(source, tokenizers.VOCAB_JSON)
-    vocab = tokenizers.read_vocab(files[tokenizers.VOCAB_JSON], vocab_json)
-    order = hf.import_order(vocab, config)  # config.json against vocab.json
-    state = read_weights(source)
+    vocab, target_vocab = (
+        tokenizers.read_vocab(files[n], storage.join(source, n)) if n in files else None
+        for n in (tokenizers.VOCAB_JSON, tokenizers.TARGET_VOCAB_JSON)
+    )
+    order = hf.import_order(vocab, config, target_vocab)  # config.json against the vocabularies
+    state = read_weights(source, separate)
     tx_config = _read_json(source, TX_CONFIG)  # a tx run's export: its LayerNorm epsilon
-    section = hf.model_section(config, state, order, tx_config)
+    source_order = tokenizer.source_order if separate else None
+    section = hf.model_section(config, state, order, tx_config, source_order)
     originals = {n: _read_json(source, n) for n in ORIGINAL_FILES}
     cfg = run_config(section, originals)
     mc = model_config(cfg)
-    params = hf.from_marian(mc, state, order)
+    params = hf.from_marian(mc, state, order, source_order)
     return _write_run(source, workdir, cfg, tokenizer, params, originals)
 
 
@@ -259,9 +275,11 @@ def run_config(section: dict, originals: dict) -> ml_collections.ConfigDict:
     return cfg
 
 
-def read_weights(source: str) -> dict[str, np.ndarray]:
+def read_weights(source: str, separate: bool = False) -> dict[str, np.ndarray]:
     """The state dict of `source` (model.safetensors; pytorch_model.bin only where torch is
-    installed), float32, with the names tied weights and buffers may be saved under."""
+    installed), float32, with the names tied weights and buffers may be saved under;
+    `separate`: the encoder's and the decoder's embeddings are their own (separate
+    vocabularies), the decoder's tied to lm_head."""
     path = storage.join(source, WEIGHTS)
     if storage.exists(path):
         from safetensors.numpy import load_file
@@ -272,6 +290,14 @@ def read_weights(source: str) -> dict[str, np.ndarray]:
     else:
         raise FileNotFoundError(f"{source} has no {WEIGHTS}: not a saved MarianMTModel")
     state = {k: np.asarray(v, np.float32) for k, v in state.items()}
+    if separate:
+        state.setdefault("model.decoder.embed_tokens.weight", state.get("lm_head.weight"))
+        for name in ("model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight"):
+            if state.get(name) is None:
+                raise hf.HuggingFaceError(f"{source}'s weights have no {name}")
+        rows = state["model.decoder.embed_tokens.weight"].shape[0]
+        state.setdefault("final_logits_bias", np.zeros((1, rows), np.float32))
+        return state
     for tied in ("model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight"):
         state.setdefault("model.shared.weight", state.get(tied))
     state.setdefault("model.shared.weight", state.get("lm_head.weight"))

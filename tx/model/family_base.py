@@ -121,6 +121,7 @@ def param_groups(config: ConfigShell, encoder: int, decoder: int) -> dict[str, i
     """{"params", "encoder", "decoder", "embeddings"}: a family's stacks counted from its
     equations, and its embeddings (one shared matrix, or source, target and pre-softmax)."""
     embeddings = config.vocab_size * config.d_model * (1 if config.share_embeddings else 3)
+    embeddings += getattr(config, "source_vocab_size", 0) * config.d_model  # Marian's own
     return {
         "params": encoder + decoder + embeddings,
         "encoder": encoder,

@@ -160,11 +160,12 @@ class Embed(nn.Module):
     vocab_multiple: int = 1
 
     @classmethod
-    def of(cls, config, name: str) -> Embed:
-        """The embedding a model config describes (its vocab_size, d_model, vocab_multiple,
-        compute_dtype and weight_dtype: ModelConfig and RNNConfig have them all)."""
+    def of(cls, config, name: str, vocab_size: int = 0) -> Embed:
+        """The embedding a model config describes (its vocab_size, or `vocab_size` rows,
+        d_model, vocab_multiple, compute_dtype and weight_dtype: ModelConfig and RNNConfig
+        have them all)."""
         return cls(
-            config.vocab_size,
+            vocab_size or config.vocab_size,
             config.d_model,
             config.compute_dtype,
             config.weight_dtype,
@@ -214,7 +215,13 @@ def embedding_tables(config) -> tuple[Embed, Embed, Embed | None]:
     """The (source, target, pre-softmax) tables a model config describes, made in a model's
     `setup`: one "shared_embedding" for the source and target and no pre-softmax table of its
     own (None: tied to the target's) when `share_embeddings`, else "source_embedding",
-    "target_embedding" and "softmax"."""
+    "target_embedding" and "softmax"; with a `source_vocab_size` (Marian's separate
+    vocabularies) "source_embedding" over the source's and "target_embedding" tied to the
+    softmax."""
+    source_rows = getattr(config, "source_vocab_size", 0)
+    if source_rows:
+        source = Embed.of(config, "source_embedding", source_rows)
+        return source, Embed.of(config, "target_embedding"), None
     if config.share_embeddings:
         shared = Embed.of(config, "shared_embedding")
         return shared, shared, None

@@ -39,6 +39,10 @@ class ModelConfig(ConfigShell):
     attention_dropout_rate: float = 0.0  # on attention weights (not in the paper; t2t v1: 0)
     relu_dropout_rate: float = 0.0  # inside the feed-forward (not in the paper)
     share_embeddings: bool = True  # one matrix for source, target and pre-softmax
+    # Marian's separate vocabularies (its share_encoder_decoder_embeddings=False, imported from
+    # Hugging Face): the encoder embeds source ids over this many rows, the decoder target ids
+    # over vocab_size rows, tied to the pre-softmax layer (share_embeddings). 0: one vocabulary.
+    source_vocab_size: int = 0
     positional: str = "sinusoidal"  # or "learned" (Table 3 row E)
     max_len: int = 1024  # table size for learned positions (unused for sinusoids)
     pre_ln: bool = False  # False = the paper's LayerNorm(x + Dropout(Sublayer(x)))
@@ -109,6 +113,13 @@ def _check_model(c: ModelConfig) -> None:
     if c.activation not in ACTIVATIONS:
         raise ValueError(
             f"model.activation must be one of {sorted(ACTIVATIONS)}, got {c.activation!r}"
+        )
+    if c.source_vocab_size < 0:
+        raise ValueError(f"model.source_vocab_size must be >= 0, got {c.source_vocab_size}")
+    if c.source_vocab_size and not c.share_embeddings:
+        raise ValueError(
+            "model.source_vocab_size > 0 (separate vocabularies, Marian's) ties the target's "
+            "embedding to the pre-softmax layer: it needs model.share_embeddings=True"
         )
     if c.decoder_start not in ("token", "zero"):
         raise ValueError(f"model.decoder_start must be 'token' or 'zero', got {c.decoder_start!r}")

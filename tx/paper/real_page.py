@@ -21,6 +21,39 @@ def dev_curve(workdir: str) -> dict | None:
     return {"steps": [int(s) for s in steps], "dev_ppl": [float(v) for v in values]}
 
 
+# The rows whose dev curves the picture shows: the base, one A row, one C row and big.
+CURVES = ("base", "A1", "C3", "big")
+
+
+def add_noise_and_corpus(data: dict, cards: list[dict]) -> None:
+    """data["noise"] (`judged`) and data["corpus"] (the first card's record of it)."""
+    data["noise"] = judged(data["rows"])
+    corpora = [c["reproduce"]["corpus"] for c in cards if c.get("reproduce", {}).get("corpus")]
+    data["corpus"] = corpora[0] if corpora else None
+
+
+def picture(data: dict, path: str) -> str | None:
+    """The dev perplexity curves of CURVES (their first seeds) as a PNG at `path`, where any
+    has one; returns the path written."""
+    curves = {
+        e["row"]: e["dev_curve"]
+        for e in data["rows"]
+        if e["seed"] is None and e["row"] in CURVES and e.get("dev_curve")
+    }
+    if not curves:
+        return None
+    from tx.viz import plots
+
+    fig = plots.new_figure(8, 4.5)
+    ax = fig.subplots()
+    for row, curve in curves.items():
+        ax.plot(curve["steps"], curve["dev_ppl"], marker=".", label=row)
+    ax.set(xlabel="step", ylabel="dev perplexity (per piece)", yscale="log")
+    ax.set_title("Table 3, real scale: dev perplexity while training")
+    ax.legend()
+    return plots.save(fig, path)
+
+
 def judged(entries: list[dict]) -> dict:
     """Table 3 at --scale real: each row's seeds grouped, judged against the base row's
     (tx.paper.noise); each row's first entry gets its classes."""

@@ -145,10 +145,10 @@ def report(table, rows, scale, root, results_dir="results") -> tuple[str, str]:
                 "measured": measured(table, row, card),
             }
         )
+        if scale.name == "real":
+            entries[-1]["dev_curve"] = (card or {}).get("dev_curve")
     real = table == 3 and scale.name == "real"
-    if real:
-        noise = real_page.judged(entries)
-    elif table == 3:
+    if table == 3 and not real:
         _directions(entries)
     name = stem(table, scale)
     md, js = storage.join(results_dir, name + ".md"), storage.join(results_dir, name + ".json")
@@ -158,15 +158,8 @@ def report(table, rows, scale, root, results_dir="results") -> tuple[str, str]:
     data = {"table": table, "scale": scale.name, "cards_up_to": max(times, default=None)}
     data["rows"] = entries
     if real:
-        data["noise"] = noise
-        data["corpus"] = next(
-            (
-                c["reproduce"].get("corpus")
-                for c in cards
-                if c and "reproduce" in c and c["reproduce"].get("corpus")
-            ),
-            None,
-        )
+        real_page.add_noise_and_corpus(data, cards)
+        real_page.picture(data, storage.join(results_dir, name + "-curves.png"))
     storage.write_text(js, json.dumps(data, indent=2) + "\n")
     storage.write_text(md, real_page.markdown(data) if real else MARKDOWN[table](data))
     return md, js
