@@ -142,13 +142,13 @@ def test_an_imported_marian_model_computes_its_logits_in_tx(seed):
 
 def test_an_imported_model_exported_back_has_the_same_weights():
     """Hugging Face -> tx -> Hugging Face: every tensor and the config as they were, the
-    position tables those transformers computes (it saves none): tx keeps them as learned
+    position tables those transformers computes (it saves none): tx keeps them as fixed
     tables, bit for bit."""
     marian, config, vocab = _opus_like(2)
     order = hf.import_order(vocab, config)
     state = {k: v.numpy() for k, v in marian.state_dict().items()}
     mc = ModelConfig(**hf.model_section(config, state, order))
-    assert (mc.positional, mc.max_len, mc.decoder_start) == ("learned", 64, "zero")
+    assert (mc.positional, mc.max_len, mc.decoder_start) == ("fixed", 64, "zero")
     back = hf.to_marian(mc, hf.from_marian(mc, state, order), order, max_positions=mc.max_len)
     assert set(back) <= set(state)
     for key in back:
@@ -182,12 +182,13 @@ def _round_trip(mc, params):
     """tx -> Marian (marian_config, to_marian at a tx run's export ids) -> tx (import_order,
     model_section, from_marian)."""
     order = hf.export_order(mc.vocab_size)
-    positions = mc.max_len if mc.positional == "learned" else 64
+    positions = mc.max_len if mc.position_table else 64
     config = hf.marian_config(mc, positions, order)
     state = hf.to_marian(mc, params, order, positions)
     back_order = hf.import_order(_tx_vocab(mc.vocab_size), config)
     np.testing.assert_array_equal(back_order, order)  # every id back where it was
     tx_config = {"model": {"layer_norm_epsilon": mc.layer_norm_epsilon}}  # tx_config.json's
+    tx_config["model"]["positional"] = mc.positional
     back = ModelConfig(**hf.model_section(config, state, back_order, tx_config))
     return back, hf.from_marian(back, state, back_order)
 
@@ -239,6 +240,54 @@ def test_a_tx_model_sent_to_marian_and_back_computes_the_same_logits(fields, bac
     emitted = [i for i in range(mc.vocab_size) if i not in (PAD_ID, BOS_ID)]
     np.testing.assert_allclose(got[real][:, emitted], want[real][:, emitted], atol=ROUND_TRIP_ATOL)
     assert np.all(got[real][:, [PAD_ID, BOS_ID]] < -9e3)  # the export's: never emitted
+
+
+def test_a_start_row_that_is_not_zero_comes_in_and_goes_back():
+    """A Marian model whose <pad> row (its decoder's start) is not zero: tx's <s> row holds
+    it (decoder_start "token"), the logits are transformers', and the export puts it back."""
+    marian, config, vocab = _opus_like(3)
+    with torch.no_grad():
+        marian.model.shared.weight[config["pad_token_id"]] = 0.5 * torch.randn(16)
+    order = hf.import_order(vocab, config)
+    state = {k: v.numpy() for k, v in marian.state_dict().items()}
+    mc = ModelConfig(**hf.model_section(config, state, order))
+    assert mc.decoder_start == "token"
+    params = hf.from_marian(mc, state, order)
+    to_tx = {int(m): t for t, m in enumerate(order) if m >= 0}
+    src, tgt = _batch(config["vocab_size"] - 1, 3)
+    src[src == 1], tgt[tgt == 1] = 0, 0
+    pad = config["pad_token_id"]
+    src[1, 4:], tgt[1, 3:] = pad, pad
+    got = np.asarray(
+        Transformer(mc).apply({"params": params}, *(np.vectorize(to_tx.get)(x) for x in (src, tgt)))
+    )
+    decoder_inputs = np.concatenate([np.full((2, 1), pad), tgt[:, :-1]], 1)
+    with torch.no_grad():
+        want = marian(
+            input_ids=torch.tensor(src),
+            attention_mask=torch.tensor(src != pad).long(),
+            decoder_input_ids=torch.tensor(decoder_inputs),
+        ).logits.numpy()
+    real, known = tgt != pad, order >= 0
+    np.testing.assert_allclose(got[real][:, known], want[real][:, order[known]], atol=LOGITS_ATOL)
+    back = hf.to_marian(mc, params, order, max_positions=mc.max_len)
+    for key in back:
+        np.testing.assert_array_equal(back[key], state[key], err_msg=key)
+
+
+def test_a_fixed_table_never_trains():
+    """model.positional "fixed" (an import's own sinusoids): the table's gradient is zero,
+    a learned one's is not."""
+    for kind, trains in (("fixed", False), ("learned", True)):
+        mc, model, params = _tx_model(0, positional=kind, max_len=16)
+        src, tgt = _batch(mc.vocab_size, 0)
+
+        def loss(p, model=model, src=src, tgt=tgt):
+            return jnp.sum(model.apply({"params": p}, src, tgt) ** 2)
+
+        grads = jax.grad(loss)(params)
+        norm = float(jnp.abs(grads["encoder"]["position"]["pos_embedding"]).max())
+        assert (norm > 0) == trains, kind
 
 
 def test_a_decoder_start_tx_cannot_express_is_refused_by_name():

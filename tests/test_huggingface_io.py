@@ -483,7 +483,7 @@ def test_the_import_is_a_run_of_the_models_config(opus, imported):
     workdir, record, model = imported
     mc = record["model"]
     assert mc["activation"] == "swish" and mc["decoder_start"] == "zero"
-    assert mc["positional"] == "learned" and mc["max_len"] == 128  # transformers' tables
+    assert mc["positional"] == "fixed" and mc["max_len"] == 128  # transformers' own tables
     assert mc["logits_bias"] and mc["attention_bias"] and not mc["pre_ln"]
     assert mc["vocab_size"] == opus.model.config.vocab_size + 1  # and tx's <s>
     assert model.config.data.vocab_size == mc["vocab_size"]
@@ -579,7 +579,7 @@ def test_the_imported_run_exports_back_as_it_came(opus, imported, tmp_path):
     assert differ <= {"transformers_version"}, {k: (before.get(k), after.get(k)) for k in differ}
     marian = transformers.MarianMTModel.from_pretrained(out)
     positions = marian.model.decoder.embed_positions.weight.detach().numpy()
-    # transformers' own sinusoids, bit for bit: tx keeps them as learned tables
+    # transformers' own sinusoids, bit for bit: tx keeps them as fixed tables
     np.testing.assert_array_equal(positions, hf.marian_position_table(32, 128))
 
 

@@ -351,6 +351,21 @@ def check_vocabulary(workdir: str, tokenizer) -> None:
         storage.write_text(path, tokenizer.fingerprint + "\n")
 
 
+def check_source_vocabulary(tokenizer, model, workdir: str):
+    """`tokenizer` if the model's source embedding fits it: model.source_vocab_size is the
+    source vocabulary's size where the run has two (target_vocab.json), else 0; else
+    VocabularyError naming the key."""
+    have = getattr(tokenizer, "source_vocab_size", 0)
+    want = model.get("source_vocab_size", 0) if hasattr(model, "get") else model.source_vocab_size
+    if have != want:
+        what = f"a source vocabulary of {have} pieces" if have else "one vocabulary"
+        raise VocabularyError(
+            f"{workdir} has {what} but model.source_vocab_size={want}; set "
+            f"model.source_vocab_size={have}"
+        )
+    return tokenizer
+
+
 def run_tokenizer(workdir: str) -> Tokenizer | MappedTokenizer:
     """The vocabulary of a trained run, checked against the sha256 the run recorded: its
     `spm.model`, or (an imported Marian model, or a run fine-tuned from one) source.spm,

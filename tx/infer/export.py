@@ -49,7 +49,7 @@ import numpy as np
 from tx import storage
 from tx.config import model_config
 from tx.model.layers import sinusoidal_encoding
-from tx.model.transformer_config import ModelConfig
+from tx.model.transformer_config import TABLES, ModelConfig
 from tx.tokens import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 FORMATS = ("ctranslate2", "huggingface")
@@ -228,7 +228,7 @@ def _embeddings(mc: ModelConfig, params: dict):
 
 def _positions(mc: ModelConfig, params: dict) -> dict:
     """Per stack, the table [positions, m] added after the embedding scale."""
-    if mc.positional == "learned":
+    if mc.positional in TABLES:
         return {s: _own(params[s]["position"]["pos_embedding"]) for s in ("encoder", "decoder")}
     n = max(mc.max_len, MIN_SINUSOID_POSITIONS)
     table = np.asarray(sinusoidal_encoding(np.arange(n), mc.d_model), np.float32)

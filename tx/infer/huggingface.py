@@ -33,8 +33,12 @@ differs is written down here once, in both directions:
                  end (`export_order`: id t is Marian's t - 1), as CTranslate2's converter
                  expects (it drops the last row as <pad>'s); its <s> stays a piece whose
                  logit is -1e4. Imported, Marian's rows are reordered to tx's
-                 (`import_order`), with a zero row for <s> (the decoder starts from zeros);
-                 an imported run exports back with its own ids
+                 (`import_order`): a vocabulary with "<s>" (a tx run's export) gives it tx's
+                 <s> id, so the run's ids come back as they were; one without (OPUS-MT's)
+                 gets a row for <s> holding <pad>'s (see "start"). An imported run exports
+                 back with its own ids. Separate vocabularies (share_encoder_decoder_
+                 embeddings=False): the encoder's matrix over vocab.json's ids, the decoder's
+                 over target_vocab.json's, each reordered so (model.source_vocab_size)
     LayerNorm    Marian's epsilon is torch's default, 1e-5 (model.layer_norm_epsilon on import);
                  a tx run with another (1e-6 by default) is exported as it is: each norm then
                  differs by a relative (1e-5 - 1e-6) / (2 var) of its input's variance, ~1e-6
@@ -156,7 +160,7 @@ def marian_config(
         "pad_token_id": pad,
         "eos_token_id": eos,
         "forced_eos_token_id": eos,
-        "decoder_start_token_id": pad,  # a zero row: see the module docstring
+        "decoder_start_token_id": pad,  # carries tx's start: see the module docstring
         "bos_token_id": None,
         "is_encoder_decoder": True,
     }
@@ -312,6 +316,16 @@ def check_importable(config: dict) -> None:
     for key in ("encoder_layerdrop", "decoder_layerdrop"):
         if config.get(key):  # training only, but a fine-tuned import would train without it
             unsupported.append(f"{key}={config[key]} (tx trains every layer at every step)")
+    if isinstance(config.get("eos_token_id"), list):
+        unsupported.append("eos_token_id as a list (tx has one end-of-sentence token)")
+    if int(config.get("d_model", 0)) % 2:
+        unsupported.append(f"d_model={config.get('d_model')} (odd: tx's channels come in pairs)")
+    shared = config.get("share_encoder_decoder_embeddings", True)
+    if shared and config.get("decoder_vocab_size") not in (None, config.get("vocab_size")):
+        unsupported.append(
+            f"decoder_vocab_size={config.get('decoder_vocab_size')} != vocab_size="
+            f"{config.get('vocab_size')} with shared embeddings"
+        )
     activation = config.get("activation_function", "gelu")
     if activation not in FROM_ACTIVATIONS:
         unsupported.append(f"activation_function={activation!r} (tx has {sorted(ACTIVATIONS)})")
@@ -334,6 +348,9 @@ def model_section(
     check_importable(config)
     activation = config.get("activation_function", "gelu")
     separate = not config.get("share_encoder_decoder_embeddings", True)
+    tx_model = (tx_config or {}).get("model") or {}  # a tx run's export: what Marian lacks
+    if tx_model.get("positional") == "sinusoidal":
+        tx_model = {**tx_model, "positional": None}  # tables other than tx's: fixed
     return {
         "vocab_size": len(order),  # with a row for <s> where vocab.json has none
         "source_vocab_size": len(source_order) if separate else 0,
@@ -348,15 +365,11 @@ def model_section(
         "relu_dropout_rate": float(config.get("activation_dropout", 0.0)),
         "share_embeddings": True,
         "pre_ln": False,
-        "layer_norm_epsilon": float(
-            ((tx_config or {}).get("model") or {}).get(
-                "layer_norm_epsilon", MARIAN_LAYER_NORM_EPSILON
-            )
-        ),
+        "layer_norm_epsilon": float(tx_model.get("layer_norm_epsilon", MARIAN_LAYER_NORM_EPSILON)),
         "activation": FROM_ACTIVATIONS[activation],
         "attention_bias": True,
         "logits_bias": True,
-        **import_fields(config, state, order),
+        **import_fields(config, state, order, tx_model.get("positional") or "fixed"),
     }
 
 
@@ -380,18 +393,19 @@ def marian_tables(config: dict, state: dict) -> tuple[np.ndarray, np.ndarray]:
     return out[0], out[1]
 
 
-def import_fields(config: dict, state: dict, order: np.ndarray) -> dict:
+def import_fields(config: dict, state: dict, order: np.ndarray, positional: str = "fixed") -> dict:
     """The model fields (positional, max_len, decoder_start) under which tx adds exactly what
     transformers adds to the first layers' inputs (the module's docstring, "positions" and
-    "start"): tx's sinusoids where the tables are tx's bit for bit, else learned tables
-    holding them; the start from <s>'s row or zeros."""
+    "start"): tx's sinusoids where the tables are tx's bit for bit, else tables holding them
+    (`positional`: "fixed", never trained, as Marian's; "learned" for a tx run's learned
+    ones); the start from <s>'s row or zeros."""
     m = int(config["d_model"])
     encoder, decoder = marian_tables(config, state)
     sinusoids = position_table(m, encoder.shape[0])
-    shared = target_embedding(state)
+    shared = target_embedding(state, config)
     pad_row = shared[int(config["pad_token_id"])]
     same_rest = np.array_equal(encoder, sinusoids) and np.array_equal(decoder[1:], sinusoids[1:])
-    learned = {"positional": "learned", "max_len": int(encoder.shape[0])}
+    learned = {"positional": positional, "max_len": int(encoder.shape[0])}
     if order[BOS_ID] < 0:  # no <s> in vocab.json: tx's <s> row is <pad>'s (from_marian)
         start = "token" if np.any(pad_row != 0) else "zero"
         if same_rest and np.array_equal(decoder[0], sinusoids[0]):
@@ -424,19 +438,13 @@ def import_order(
             f"vocabulary, {tokenizers.TARGET_VOCAB_JSON} (MarianTokenizer's separate_vocabs)"
         )
     target = target_vocab if separate else vocab
-    names = {id(vocab): tokenizers.VOCAB_JSON, id(target): tokenizers.TARGET_VOCAB_JSON}
-    for v in (vocab, target):
-        if "<unk>" not in v:
-            raise HuggingFaceError(
-                f"{names[id(v)]} has no <unk>: not a Marian tokenizer's vocabulary"
-            )
+    where = tokenizers.TARGET_VOCAB_JSON if separate else tokenizers.VOCAB_JSON
     pad, eos = int(config["pad_token_id"]), int(config["eos_token_id"])
     if int(config.get("decoder_start_token_id", pad)) != pad:
         raise HuggingFaceError(
             "decoder_start_token_id is not pad_token_id: tx imports Marian models whose "
             "decoder starts from <pad>, as OPUS-MT's"
         )
-    where = names[id(target)]
     have = {
         "vocab_size": (int(config["vocab_size"]), len(vocab), tokenizers.VOCAB_JSON),
         "pad_token_id": (pad, target.get(tokenizers.MARIAN_PAD), where),
@@ -453,10 +461,11 @@ def import_order(
     return tokenizers.import_order(target)
 
 
-def target_embedding(state: dict) -> np.ndarray:
+def target_embedding(state: dict, config: dict) -> np.ndarray:
     """The decoder's embedding [V, m] (Marian's ids and channels) of a state dict."""
-    shared = state.get("model.shared.weight")
-    return shared if shared is not None else state["model.decoder.embed_tokens.weight"]
+    if not config.get("share_encoder_decoder_embeddings", True):
+        return state["model.decoder.embed_tokens.weight"]
+    return state["model.shared.weight"]
 
 
 def export_order(vocab_size: int) -> np.ndarray:
@@ -479,7 +488,8 @@ def from_marian(
         out[order < 0] = 0.0
         return out
 
-    marian_target = np.asarray(target_embedding(state), np.float32)
+    separate = {"share_encoder_decoder_embeddings": not mc.source_vocab_size}
+    marian_target = np.asarray(target_embedding(state, separate), np.float32)
     shared = rows(marian_target)
     if order[BOS_ID] < 0:  # Marian's start token's row: the start (import_fields)
         shared[BOS_ID] = marian_target[order[PAD_ID]]
@@ -489,7 +499,7 @@ def from_marian(
         "encoder": {},
         "decoder": {},
     }
-    if mc.positional == "learned":
+    if mc.position_table:
         config = {"max_position_embeddings": mc.max_len, "d_model": mc.d_model}
         for stack, table in zip(("encoder", "decoder"), marian_tables(config, state), strict=True):
             params[stack]["position"] = {"pos_embedding": table[:, inverse].copy()}

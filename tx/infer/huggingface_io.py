@@ -81,6 +81,7 @@ from tx import workdir as wd
 from tx.config import ConfigError, defaults, model_config, validate
 from tx.data import tokenizer as tokenizers
 from tx.infer import huggingface as hf
+from tx.model.transformer_config import TABLES
 from tx.tokens import EOS_ID, PAD_ID, UNK_ID
 
 ORIGINAL_DIR = "huggingface"  # W/huggingface/: an imported model's own metadata files
@@ -90,6 +91,8 @@ ORIGINAL_FILES = (
     "tokenizer_config.json",
     "special_tokens_map.json",
 )
+# config.json's fields tx's model does not decide: an imported model's come back as they were
+KEPT = ("bos_token_id", "forced_eos_token_id")
 TX_CONFIG = "tx_config.json"  # tx.infer.export.CONFIG_FILE, beside a tx run's export
 WEIGHTS = "model.safetensors"
 TORCH_WEIGHTS = "pytorch_model.bin"  # older directories; read only where torch is installed
@@ -98,7 +101,7 @@ TORCH_WEIGHTS = "pytorch_model.bin"  # older directories; read only where torch 
 def max_positions(cfg: ml_collections.ConfigDict, workdir: str) -> int:
     """Rows of the position tables exported: an imported run's original size, else enough for
     every input the run trained on and its longest output (tx's sinusoids have no table)."""
-    if cfg.model.get("positional") == "learned":  # its tables, as they are
+    if cfg.model.get("positional") in TABLES:  # its tables, as they are
         return int(cfg.model.max_len)
     original = _original(workdir, "config.json")
     if original and "max_position_embeddings" in original:
@@ -133,7 +136,11 @@ def write_export(directory: str, cfg, mc, params: dict, tokenizer, workdir: str)
         files[tokenizers.VOCAB_JSON] = _json(_vocab_json(tokenizer, order))
     positions = max_positions(cfg, workdir)
     marian = hf.marian_config(mc, positions, order, source_order)
-    config = {**(_original(workdir, "config.json") or {}), **marian, "dtype": "float32"}
+    original = _original(workdir, "config.json") or {}
+    config = {**original, **marian, "dtype": "float32"}
+    for key in KEPT:  # what tx's model does not decide, as an imported model had it
+        if key in original:
+            config[key] = original[key]
     files["config.json"] = _json(config)
     length = min(positions, cfg.data.max_len + cfg.decode.max_extra_len + 1)
     original = _original(workdir, "generation_config.json") or {}
@@ -246,15 +253,19 @@ def import_marian(source: str, workdir: str) -> dict:
     source_order = tokenizer.source_order if separate else None
     section = hf.model_section(config, state, order, tx_config, source_order)
     originals = {n: _read_json(source, n) for n in ORIGINAL_FILES}
-    cfg = run_config(section, originals)
+    cfg = run_config(section, originals, tx_config)
     mc = model_config(cfg)
     params = hf.from_marian(mc, state, order, source_order)
     return _write_run(source, workdir, cfg, tokenizer, params, originals)
 
 
-def run_config(section: dict, originals: dict) -> ml_collections.ConfigDict:
+def run_config(
+    section: dict, originals: dict, tx_config: dict | None = None
+) -> ml_collections.ConfigDict:
     """tx's defaults with an imported model's section, its vocabulary's size, and what its
-    tokenizer and generation configs say of the languages and the beam."""
+    tokenizer and generation configs say of the languages and the beam; the length penalty
+    a tx run's export had (`tx_config`, its tx_config.json), else generate's length_penalty
+    as decode.alpha (the export's mapping, reversed: the same search only at 0)."""
     cfg = defaults()
     for key, value in section.items():
         cfg.model[key] = value  # vocab_size: data.vocab_size too (one reference)
@@ -269,8 +280,10 @@ def run_config(section: dict, originals: dict) -> ml_collections.ConfigDict:
     }
     if int(generation.get("num_beams") or 1) > 1:
         cfg.decode.beam_size = int(generation["num_beams"])
-        if generation.get("length_penalty") is not None:  # the export's mapping, reversed
-            cfg.decode.alpha = float(generation["length_penalty"])
+        alpha = ((tx_config or {}).get("decode") or {}).get("alpha")
+        alpha = generation.get("length_penalty") if alpha is None else alpha
+        if alpha is not None:
+            cfg.decode.alpha = float(alpha)
     validate(cfg)
     return cfg
 

@@ -30,6 +30,8 @@ from collections.abc import Callable
 
 from aiohttp import web
 
+from tx.model.transformer_config import TABLES
+
 log = logging.getLogger(__name__)
 
 
@@ -222,7 +224,7 @@ def engine_app(loaded, cfg, limits: Limits | None = None) -> web.Application:
 def _token_limit(loaded, cfg, limits: Limits) -> int:
     """Inputs longer than a position table allows are refused before they reach a batch."""
     tables = [getattr(loaded, "max_positions", None)]
-    if cfg.model.positional == "learned":
+    if cfg.model.get("positional") in TABLES:
         tables.append(cfg.model.max_len)
     room = [t - int(cfg.decode.max_extra_len) - 1 for t in tables if t is not None]
     return min([limits.max_sentence_tokens, *room])

@@ -25,12 +25,13 @@ from tx import storage
 from tx import workdir as wd
 from tx.config import ConfigError, load_config, model_config
 from tx.data.pipeline import eval_batches
-from tx.data.tokenizer import Tokenizer, run_tokenizer
+from tx.data.tokenizer import Tokenizer, check_source_vocabulary, run_tokenizer
 from tx.infer.decoders import decoder, ensemble_decoder
 from tx.infer.safeguards import max_output_length
 from tx.infer.search import Strategy
 from tx.model.counting import abstract_params
 from tx.model.families import build_model
+from tx.model.transformer_config import TABLES
 from tx.tokens import EOS_ID, PAD_ID
 from tx.train import best, checkpoint, sharding
 from tx.train.averaging import averaged_meta, averaged_steps, restore_averaged
@@ -77,7 +78,7 @@ def load_model(
     used or rewritten: translating must not write into a run that may still be training. One
     named by `averaged_step` is used as it is.
     """
-    tokenizer = run_tokenizer(workdir)
+    tokenizer = check_source_vocabulary(run_tokenizer(workdir), cfg.model, workdir)
     mc = model_config(cfg)
     layout = sharding.layout(cfg.mesh)
     target = layout.placed(abstract_params(mc))  # no optimizer built, no memory allocated
@@ -203,8 +204,8 @@ def load_ensemble(
     members = []
     for w, step in zip(workdirs, steps, strict=True):
         member_cfg = cfg if w == workdirs[0] else load_config(wd.require_run(w))
-        limit = cfg.model.max_len if cfg.model.positional == "learned" else None
-        mine = member_cfg.model.max_len if member_cfg.model.positional == "learned" else None
+        limit = cfg.model.max_len if cfg.model.positional in TABLES else None
+        mine = member_cfg.model.max_len if member_cfg.model.positional in TABLES else None
         if mine is not None and (limit is None or mine < limit):
             raise ConfigError(
                 f"ensemble member {w}: its learned position table ({mine}) is shorter than "
@@ -332,7 +333,7 @@ def translate_pairs(
 
 def _search_lines(loaded, sentences: list[str], cfg: ml_collections.ConfigDict, nbest: int):
     """(numbers of the non-empty lines, their ids with EOS, their hypotheses [(ids, score)])."""
-    learned = cfg.model.get("positional") == "learned"  # only Transformers have positions
+    learned = cfg.model.get("positional") in TABLES  # only Transformers have positions
     positional_limit = cfg.model.max_len if learned else None
     todo = [i for i, s in enumerate(sentences) if s.strip()]
     ids = [np.asarray(loaded.tokenizer.encode(sentences[i].strip()), np.int32) for i in todo]

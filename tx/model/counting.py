@@ -34,7 +34,8 @@ def param_counts(config: ConfigShell) -> dict[str, int]:
     for path, leaf in jax.tree_util.tree_leaves_with_path(params):
         n = int(np.prod(leaf.shape))
         if path[-1].key == "embedding":  # the rows padding the vocabulary are not parameters
-            n = config.vocab_size * leaf.shape[1]
+            source = path[0].key == "source_embedding" and getattr(config, "source_vocab_size", 0)
+            n = (source or config.vocab_size) * leaf.shape[1]
         top = path[0].key
         group = top if top in ("encoder", "decoder") else "embeddings"
         counts[group] += n

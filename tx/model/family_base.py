@@ -51,7 +51,9 @@ class ConfigShell:
 
     family: ClassVar[str]  # model.family (tx.model.families); not a field
 
-    vocab_size: int  # one vocabulary for source and target (tx.data's SentencePiece model)
+    # one vocabulary for source and target (tx.data's SentencePiece model); the target's where
+    # an imported Transformer has two (model.source_vocab_size)
+    vocab_size: int
     vocab_multiple: int  # embedding rows rounded up to a multiple of this (layers.Embed)
     d_model: int  # the embedding width
     dropout_rate: float

@@ -230,7 +230,9 @@ def embedding_tables(config) -> tuple[Embed, Embed, Embed | None]:
 
 
 class PositionEmbedding(nn.Module):
-    """Adds sinusoidal (default) or learned (Table 3 row E) position information."""
+    """Adds sinusoidal (default), learned (Table 3 row E) or fixed position information: "fixed"
+    is a table like a learned one that never trains (its gradient stopped), for a model whose
+    positions are constants made elsewhere (an imported Marian model's own sinusoids)."""
 
     d_model: int
     kind: str = "sinusoidal"
@@ -250,6 +252,8 @@ class PositionEmbedding(nn.Module):
                 (self.max_len, self.d_model),
                 self.param_dtype,
             )
+            if self.kind == "fixed":
+                table = jax.lax.stop_gradient(table)
             pe = jnp.take(table, positions, axis=0)
         return x + pe.astype(self.dtype)
 

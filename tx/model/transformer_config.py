@@ -16,7 +16,9 @@ from tx.model.family_base import (
     check_rates,
     param_groups,
 )
-from tx.model.layers import ACTIVATIONS
+from tx.model.layers import ACTIVATIONS, padded_rows
+
+TABLES = ("learned", "fixed")  # model.positional values that read a table of max_len rows
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,8 +45,10 @@ class ModelConfig(ConfigShell):
     # Hugging Face): the encoder embeds source ids over this many rows, the decoder target ids
     # over vocab_size rows, tied to the pre-softmax layer (share_embeddings). 0: one vocabulary.
     source_vocab_size: int = 0
-    positional: str = "sinusoidal"  # or "learned" (Table 3 row E)
-    max_len: int = 1024  # table size for learned positions (unused for sinusoids)
+    # "sinusoidal" (the paper's), "learned" (Table 3 row E) or "fixed": a stored table that
+    # never trains (an imported Marian model's own sinusoids, kept bit for bit)
+    positional: str = "sinusoidal"
+    max_len: int = 1024  # table size for learned and fixed positions (unused for sinusoids)
     pre_ln: bool = False  # False = the paper's LayerNorm(x + Dropout(Sublayer(x)))
     layer_norm_epsilon: float = 1e-6
     # Compute dtype; parameters and Adam's moments stay float32 and products accumulate in
@@ -87,7 +91,24 @@ class ModelConfig(ConfigShell):
             "model.num_heads": self.num_heads,
             "model.d_ff": self.d_ff,
             "model.vocab_size (rounded up to model.vocab_multiple)": self.vocab_rows,
+            **(
+                {"model.source_vocab_size (rounded up)": self.source_rows}
+                if self.source_vocab_size
+                else {}
+            ),
         }
+
+    @property
+    def source_rows(self) -> int:
+        """Rows of the source's own embedding (model.source_vocab_size > 0), padded as
+        vocab_rows."""
+        return padded_rows(self.source_vocab_size, self.vocab_multiple)
+
+    @property
+    def position_table(self) -> bool:
+        """Whether positions come from a table of max_len rows (learned or fixed): inputs and
+        outputs longer than it are refused."""
+        return self.positional in TABLES
 
 
 def _check_model(c: ModelConfig) -> None:
@@ -106,9 +127,9 @@ def _check_model(c: ModelConfig) -> None:
     check_rates(c, ("dropout_rate", "attention_dropout_rate", "relu_dropout_rate"))
     if c.d_model % 2:
         raise ValueError(f"model.d_model must be even for sinusoidal encodings, got {c.d_model}")
-    if c.positional not in ("sinusoidal", "learned"):
+    if c.positional not in ("sinusoidal", *TABLES):
         raise ValueError(
-            f"model.positional must be 'sinusoidal' or 'learned', got {c.positional!r}"
+            f"model.positional must be 'sinusoidal', 'learned' or 'fixed', got {c.positional!r}"
         )
     if c.activation not in ACTIVATIONS:
         raise ValueError(
@@ -136,7 +157,7 @@ def param_count(c: ModelConfig) -> dict[str, int]:
     ffn = 2 * m * c.d_ff + c.d_ff + m
     norm = 2 * m
     final_norm = norm if c.pre_ln else 0
-    positions = c.max_len * m if c.positional == "learned" else 0
+    positions = c.max_len * m if c.positional in TABLES else 0
     encoder = c.num_encoder_layers * (attention + ffn + 2 * norm) + final_norm + positions
     decoder = c.num_decoder_layers * (2 * attention + ffn + 3 * norm) + final_norm + positions
     groups = param_groups(c, encoder, decoder)

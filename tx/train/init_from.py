@@ -35,7 +35,7 @@ from tx import storage
 from tx import workdir as wd
 from tx.config import ConfigError, model_config, read_config
 from tx.data import dataset
-from tx.data.tokenizer import VocabularyError, run_tokenizer
+from tx.data.tokenizer import VocabularyError, check_source_vocabulary, run_tokenizer
 from tx.model import families
 from tx.model.counting import abstract_params
 from tx.train import trainer as trainer_lib
@@ -172,7 +172,7 @@ def vocabulary(cfg: ml_collections.ConfigDict, workdir: str, source: Source | No
     its own (vocab.sha256, written once training begins), so nothing is trained. Without,
     tx.data.dataset.vocabulary's (trained on first use, or data.vocab_path)."""
     if not cfg.train.init_from:
-        return dataset.vocabulary(cfg.data, workdir)
+        return check_source_vocabulary(dataset.vocabulary(cfg.data, workdir), cfg.model, workdir)
     if not storage.exists(wd.vocab_hash_file(workdir)):
         source = source or find(cfg.train.init_from)
         theirs = check_vocabulary(cfg.data, source)
@@ -187,7 +187,7 @@ def vocabulary(cfg: ml_collections.ConfigDict, workdir: str, source: Source | No
             f"{workdir}'s vocabulary has {tokenizer.vocab_size} pieces but data.vocab_size="
             f"{cfg.data.vocab_size}; use a new workdir or set data.vocab_size to match"
         )
-    return tokenizer
+    return check_source_vocabulary(tokenizer, cfg.model, workdir)
 
 
 def _leaves(config) -> dict:
