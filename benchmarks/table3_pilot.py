@@ -1,7 +1,7 @@
 """The pilot of Table 3 at --scale real: one warm-up chosen on the base row, then one long base
 run whose dev-perplexity curve says how many steps every row trains.
 
-    python benchmarks/real_corpus.py --out R/corpus --pair en-nl --train-pairs 50000
+    python benchmarks/real_corpus.py --out R/corpus --pair en-nl --train-pairs 15000
     python benchmarks/table3_pilot.py --root R [--warmups 200,400,800] [--arm-steps 800] \
         [--pilot-steps 6000]
 

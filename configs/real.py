@@ -1,14 +1,15 @@
 """Any Table 3 row at a scale between the demo and the paper, on a real corpus, on 2 CPU cores.
 
-Command:   python -m tx train --config configs/real.py:table3.py:A1,corpus=DIR --workdir W
-           (python -m tx reproduce --table 3 --scale real --root R writes these commands for
-           every row, with DIR = R/corpus; docs/reproducing.md builds the corpus)
+Command:   python benchmarks/real_corpus.py --out R/corpus --pair en-nl --train-pairs 15000
+           python -m tx reproduce --table 3 --scale real --root R --run
+           (one row: python -m tx train --config configs/real.py:table3.py:A1,corpus=R/corpus
+           --workdir R/table3-real/A1; docs/reproducing.md, "Real scale")
 Hardware:  2 CPU cores; each row's measured time is in its run card
            (results/cards/table3-real/; `reproduce --table 3 --scale real --plan` reads it).
 Expected:  not the paper's numbers: each row's change applied to the paper's base divided
-           evenly, trained on English->Dutch interface text. Whether it moves dev perplexity
-           and BLEU the paper's way, beyond the base row's seed-to-seed noise, is what the
-           table shows (results/table3-real.md).
+           evenly, trained on 15,000 pairs of English->Dutch interface text. Whether it moves
+           dev perplexity and BLEU the paper's way, beyond the base row's seed-to-seed noise,
+           is what the table shows (results/table3-real.md).
 
 The paper's base divided evenly: every width (d_model, d_ff, d_k, d_v) by WIDTH and every layer
 count by DEPTH, so d_model 128, d_ff 512, 8 heads of 16, 3+3 layers, post-LN, dropout 0.1,
@@ -32,12 +33,17 @@ from tx.config import ConfigError, read_config
 
 WIDTH = 4  # 512 -> 128, 2048 -> 512, d_k 64 -> 16
 DEPTH = 2  # 6 -> 3, C1's 2 -> 1, C3's 8 -> 4
-# Steps of a 100k-step row: where the pilot's dev perplexity had flattened (under 2% change
-# over its last fifth; docs/reproducing.md shows the curve). Big trains 3x, as the paper's 300k.
-STEPS = 6000
-# One warm-up for every row, as the paper's 4,000 for every row; chosen on the base row
-# (docs/reproducing.md): the base's peak rate 128^-0.5 x 800^-0.5 = 3.1e-3.
-WARMUP = 800
+# Steps of a 100k-step row: where the pilot's dev perplexity has flattened (under 2% change
+# over its last fifth), big 3x, as the paper's 300k. Not chosen yet: the pilot had not
+# flattened by 5,000 steps on 15,000 pairs (24.9, 5.9% below step 4,000) nor by 6,000 on
+# 50,000 (9.94, 13.6% below step 4,800): benchmarks/results/table3_real_pilot.json and
+# table3_real_pilot_50k.json. Until it has, a run names its steps (steps=N, reproduce
+# --steps N) and says so in its config.
+STEPS = None
+# One warm-up for every row, as the paper's 4,000 for every row; chosen on the base row by
+# benchmarks/table3_pilot.py: dev perplexity after 600 steps 305 (200), 156 (400), 169 (800).
+# The base's peak rate: 128^-0.5 x 400^-0.5 = 4.4e-3.
+WARMUP = 400
 SCALE_KEYS = ("d_model", "d_ff", "d_k", "d_v")
 PAIR = ("en", "nl")
 
@@ -56,6 +62,11 @@ def get_config(arg="table3.py:base"):
     m.dtype = "float32"  # on a CPU without bf16 units float32 is the fast one
     m.max_len = 256
     _data(cfg, opts.get("corpus", ""))
+    if "steps" not in opts and STEPS is None:
+        raise ConfigError(
+            f"configs/real.py:{arg}: the steps of a row are not chosen yet (STEPS: the pilot "
+            "has not flattened, docs/reproducing.md); give them: steps=N, or reproduce --steps N"
+        )
     steps = int(opts.get("steps", STEPS))
     t.num_steps = max(t.num_steps * steps // 100_000, 1)  # big: 300k -> 3 x steps
     cfg.optim.warmup_steps = WARMUP

@@ -3,6 +3,7 @@ evenly (configs/real.py), the base row's seeds and the noise band (tx.paper.nois
 from the pilot, and the report rebuilt from run cards alone. The runs themselves are never
 here: results/table3-real.md is their record."""
 
+import dataclasses
 import json
 import shutil
 
@@ -16,13 +17,14 @@ from tx.paper.tables import Row, Scale
 from tx.train import runcard
 
 REAL = Scale("real", corpus="/corpus")
+STEPS = 3000  # a row's steps, given while configs/real.py's STEPS is not chosen
 
 
 @pytest.mark.parametrize("row", [r.name for r in tables.TABLES[3]])
 def test_real_keeps_each_rows_proportions(root, row):
     full = load_config(str(root / "configs" / f"table3.py:{row}"))
-    real = load_config(str(root / "configs" / f"real.py:table3.py:{row},corpus=/c"))
-    base = load_config(str(root / "configs" / "real.py:table3.py:base,corpus=/c"))
+    real = load_config(str(root / "configs" / f"real.py:table3.py:{row},corpus=/c,steps={STEPS}"))
+    base = load_config(str(root / "configs" / f"real.py:table3.py:base,corpus=/c,steps={STEPS}"))
     f, r = (ModelConfig.from_dict(c.model.to_dict()) for c in (full, real))
     for key in ("d_model", "d_ff", "d_k", "d_v"):
         assert getattr(r, key) * 4 == getattr(f, key), key
@@ -41,14 +43,15 @@ def test_real_keeps_each_rows_proportions(root, row):
 
 
 def test_a_seed_sets_the_models_and_the_datas():
-    cfg = load_config("configs/real.py:table3.py:A1,corpus=/c,seed=2")
+    cfg = load_config(f"configs/real.py:table3.py:A1,corpus=/c,seed=2,steps={STEPS}")
     assert cfg.train.seed == cfg.data.shuffle_seed == 2
-    base = load_config("configs/real.py:table3.py:A1,corpus=/c")
+    base = load_config(f"configs/real.py:table3.py:A1,corpus=/c,steps={STEPS}")
     assert base.train.seed == base.data.shuffle_seed == 0
 
 
-@pytest.mark.parametrize("arg", ["corpus", "seed=x", "steps=0", "size=3"])
+@pytest.mark.parametrize("arg", ["corpus", "seed=x", "steps=0", "size=3", "corpus=/c"])
 def test_bad_arguments_name_the_config(arg):
+    """corpus=/c alone: the steps of a row are not chosen yet (configs/real.py STEPS)."""
     with pytest.raises(ConfigError, match="configs/real.py"):
         load_config(f"configs/real.py:table3.py:A1,{arg}")
 
@@ -105,8 +108,9 @@ def test_the_plan_times_rows_from_the_pilot(capsys, tmp_path, monkeypatch):
     here = {"devices": hw.devices, "device_kind": hw.kind}
     pilot.write_text(json.dumps({"hardware": here, "pilot": {"seconds_per_step": 0.3}}))
     monkeypatch.setattr(reproduce, "PILOT", str(pilot))
+    rows = "base,base-seed2,C5,big"
     assert main(["reproduce", "--table", "3", "--scale", "real", "--root", str(tmp_path),
-                 "--rows", "base,base-seed2,C5,big", "--json"]) == 0  # fmt: skip
+                 "--rows", rows, "--steps", str(STEPS), "--json"]) == 0  # fmt: skip
     rows = {r["row"]: r for r in json.loads(capsys.readouterr().out)["rows"]}
     steps = rows["base"]["steps"]
     assert rows["base"]["expected_hours"] == pytest.approx(steps * 0.3 / 3600)
@@ -129,7 +133,7 @@ def test_a_run_needs_the_corpus(tmp_path, capsys):
 
 def _card(row: Row, ppl: float, bleu: float, steps: int | None = None) -> dict:
     """A run card as a finished --scale real row leaves it (the fields the report reads)."""
-    cfg = runcard.resolved(tables.load_row(row, REAL))
+    cfg = runcard.resolved(tables.load_row(row, dataclasses.replace(REAL, steps=STEPS)))
     steps = steps or cfg["train"]["num_steps"]
     totals = {"steps": steps, "model_flops": 1.0, "cost_flops_paper_way": 2.0}
     totals |= {"wall_secs": 900.0, "mean_mfu": 0.3, "src_tokens": 1, "tgt_tokens": 1}
@@ -166,7 +170,8 @@ def test_the_report_from_cards_alone(tmp_path):
     (cards / "D3-seed1.json").write_text(json.dumps(_card(again, 10.1, 20.1)))
     (cards / "C1.json").write_text(json.dumps(_card(rows["C1"], 12.0, 15.0, steps=10)))
     chosen = list(rows.values()) + [again]
-    md, js = report.report(3, chosen, REAL, str(tmp_path / "gone"), str(results))
+    scaled = dataclasses.replace(REAL, steps=STEPS)
+    md, js = report.report(3, chosen, scaled, str(tmp_path / "gone"), str(results))
     data = json.loads(open(js).read())
     entries = {(e["row"], e["seed"]): e for e in data["rows"]}
     assert data["noise"]["band"]["ppl"] == pytest.approx(0.4)
@@ -183,5 +188,5 @@ def test_the_report_from_cards_alone(tmp_path):
     assert "50,000 training pairs" in text
     assert (results / "table3-real-curves.png").stat().st_size > 0  # base's and A1's curves
     shutil.copy(md, tmp_path / "first.md")
-    report.report(3, chosen, REAL, str(tmp_path / "gone"), str(results))
+    report.report(3, chosen, scaled, str(tmp_path / "gone"), str(results))
     assert open(md).read() == (tmp_path / "first.md").read_text()

@@ -23,7 +23,7 @@ def corpus_record(corpus: str) -> dict:
         raise ConfigError(
             f"--scale real reads its corpus from {corpus} (<root>/corpus), which has no "
             f"SOURCES.json: build it with python benchmarks/real_corpus.py --out {corpus} "
-            "--pair en-nl --train-pairs 50000"
+            "--pair en-nl --train-pairs 15000"
         )
     text = storage.read_text(path)
     sources = json.loads(text)
