@@ -33,13 +33,12 @@ from tx.config import ConfigError, read_config
 
 WIDTH = 4  # 512 -> 128, 2048 -> 512, d_k 64 -> 16
 DEPTH = 2  # 6 -> 3, C1's 2 -> 1, C3's 8 -> 4
-# Steps of a 100k-step row: where the pilot's dev perplexity has flattened (under 2% change
-# over its last fifth), big 3x, as the paper's 300k. Not chosen yet: the pilot had not
-# flattened by 5,000 steps on 15,000 pairs (24.9, 5.9% below step 4,000) nor by 6,000 on
-# 50,000 (9.94, 13.6% below step 4,800): benchmarks/results/table3_real_pilot.json and
-# table3_real_pilot_50k.json. Until it has, a run names its steps (steps=N, reproduce
-# --steps N) and says so in its config.
-STEPS = None
+# Steps of a 100k-step row: where the pilot's dev perplexity flattened (under 2% change over
+# its last fifth), big 3x, as the paper's 300k. The pilot on 15,000 pairs (benchmarks/results/
+# table3_real_pilot.json): 25.42 at step 4,750, 24.93 at 6,000 (1.9%); its lowest 24.26 at
+# 6,400, 25.46 at 7,600 (over-fitting). On 50,000 pairs it had not flattened by 6,000 steps
+# (table3_real_pilot_50k.json: 13.6% over the last fifth).
+STEPS = 6000
 # One warm-up for every row, as the paper's 4,000 for every row; chosen on the base row by
 # benchmarks/table3_pilot.py: dev perplexity after 600 steps 305 (200), 156 (400), 169 (800).
 # The base's peak rate: 128^-0.5 x 400^-0.5 = 4.4e-3.
@@ -62,11 +61,6 @@ def get_config(arg="table3.py:base"):
     m.dtype = "float32"  # on a CPU without bf16 units float32 is the fast one
     m.max_len = 256
     _data(cfg, opts.get("corpus", ""))
-    if "steps" not in opts and STEPS is None:
-        raise ConfigError(
-            f"configs/real.py:{arg}: the steps of a row are not chosen yet (STEPS: the pilot "
-            "has not flattened, docs/reproducing.md); give them: steps=N, or reproduce --steps N"
-        )
     steps = int(opts.get("steps", STEPS))
     t.num_steps = max(t.num_steps * steps // 100_000, 1)  # big: 300k -> 3 x steps
     cfg.optim.warmup_steps = WARMUP
