@@ -34,14 +34,12 @@ from tx.config import ConfigError, read_config
 WIDTH = 4  # 512 -> 128, 2048 -> 512, d_k 64 -> 16
 DEPTH = 2  # 6 -> 3, C1's 2 -> 1, C3's 8 -> 4
 # Steps of a 100k-step row: where the pilot's dev perplexity flattened (under 2% change over
-# its last fifth), big 3x, as the paper's 300k. The pilot on 15,000 pairs (benchmarks/results/
-# table3_real_pilot.json): 25.42 at step 4,750, 24.93 at 6,000 (1.9%); its lowest 24.26 at
-# 6,400, 25.46 at 7,600 (over-fitting). On 50,000 pairs it had not flattened by 6,000 steps
-# (table3_real_pilot_50k.json: 13.6% over the last fifth).
+# its last fifth), big 3x, as the paper's 300k (benchmarks/table3_pilot.py; its curve and the
+# 50,000-pair pilot that never flattened: docs/reproducing.md, "Real scale").
 STEPS = 6000
-# One warm-up for every row, as the paper's 4,000 for every row; chosen on the base row by
-# benchmarks/table3_pilot.py: dev perplexity after 600 steps 305 (200), 156 (400), 169 (800).
-# The base's peak rate: 128^-0.5 x 400^-0.5 = 4.4e-3.
+# One warm-up for every row, as the paper's 4,000 for every row: the lowest dev perplexity of
+# 200, 400 and 800 on the base row (benchmarks/table3_pilot.py). The base's peak rate:
+# 128^-0.5 x 400^-0.5 = 4.4e-3.
 WARMUP = 400
 SCALE_KEYS = ("d_model", "d_ff", "d_k", "d_v")
 PAIR = ("en", "nl")
