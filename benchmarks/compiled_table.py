@@ -8,8 +8,8 @@ data parallel, fsdp, tensor parallel over 2 or 4 chips, more micro-batches only 
 not fit) and keeps the best: the memory per chip against the chip's HBM, the step time from
 the TPU compiler's cost model (`optimal_seconds`), the MFU ceiling it implies and the paper's
 whole run (100k steps for base, 300k for big) in hours. These are the compiler's estimates,
-not measurements. Results accumulate in benchmarks/results/compiled.json (a pair already
-there is not compiled again; --again recompiles) and the table is written to
+not measurements. Results accumulate in tx/paper/compiled.json (package data; a
+pair already there is not compiled again; --again recompiles) and the table is written to
 docs/accelerators.md. `reproduce --plan --hardware v5p-8` reads the JSON.
 
 GPU nodes (h100:8, h200:8) compile the same way with jax's CUDA plugin instead of libtpu
@@ -33,7 +33,7 @@ sys.path.insert(0, ROOT)
 from tx.config import load_config  # noqa: E402
 from tx.train.aot import compile_layouts, describe, topology_devices  # noqa: E402
 
-RESULTS = os.path.join(ROOT, "benchmarks", "results", "compiled.json")
+RESULTS = os.path.join(ROOT, "tx", "paper", "compiled.json")
 TABLE = os.path.join(ROOT, "docs", "accelerators.md")
 CONFIGS = {"base": "configs/base.py", "big": "configs/big.py", "C5": "configs/table3.py:C5"}
 # Cloud TPU slice names (chips x cores as Google counts them) -> jax topology names.
@@ -103,7 +103,7 @@ def table(results: dict) -> str:
         "# Accelerators: the train step compiled for real slices, before renting them",
         "",
         "Written by `python benchmarks/compiled_table.py` (see its docstring) from",
-        "`benchmarks/results/compiled.json`. Every figure is XLA's own estimate for the compiled",
+        "`tx/paper/compiled.json`. Every figure is XLA's own estimate for the compiled",
         "program (memory analysis, and the TPU compiler's cost model `optimal_seconds`), not a",
         "measurement: no accelerator ran. The batch is each config's largest (the longest bucket",
         "at the paper's 25k-token budget), bf16 as the configs set it. MFU ceiling: the model's",

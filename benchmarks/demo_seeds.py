@@ -25,7 +25,7 @@ sys.path.insert(0, ROOT)
 
 from common import RESULTS, environment  # noqa: E402
 
-from tx.viz.events import read_scalars  # noqa: E402
+from tx.train.events import read_scalars  # noqa: E402
 
 
 def run(seed: int, threads: int, overrides: list[str]) -> dict:

@@ -16,7 +16,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from common import save  # noqa: E402
 
 from tx.config import load_config  # noqa: E402
-from tx.data import dataset  # noqa: E402
+from tx.data import dataset, vocabulary  # noqa: E402
 from tx.data.pipeline import (  # noqa: E402
     BatchSpec,
     filter_for_training,
@@ -58,7 +58,7 @@ def main():
         keep, _ = filter_for_training(wmt, base.data.max_len)
         out[name] = {"pairs": n, **padding_efficiency(wmt, keep, s)}
     demo = load_config(os.path.join(root, "configs", "demo.py"))
-    tok = dataset.vocabulary(demo.data, args.workdir)
+    tok = vocabulary.obtain(demo.data, args.workdir)
     start = time.perf_counter()
     ids = dataset.split_ids(demo.data, args.workdir, tok, "train")
     out["demo_tokenize_seconds"] = time.perf_counter() - start

@@ -126,7 +126,7 @@ def evaluate_budget(run: str, minutes: int, start: int, steps, devs) -> dict:
 
 def dev_losses(run: str, step: int) -> list[str]:
     """The run's dev losses up to `step`, as its log words them, from its TensorBoard events."""
-    from tx.viz.events import read_scalars
+    from tx.train.events import read_scalars
 
     steps, losses = read_scalars(run)["dev/loss"]
     return [f"step {s}: dev loss {v:.3f}" for s, v in zip(steps, losses, strict=True) if s <= step]

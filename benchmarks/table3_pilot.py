@@ -15,7 +15,8 @@ run whose dev-perplexity curve says how many steps every row trains.
    pilot resumes, its schedule does not depend on its length).
 
 Runs go to R/table3-real-pilot/ and resume when the script is run again. Writes
-benchmarks/results/table3_real_pilot.json and docs/table3_real_pilot.png (the curve). Never run
+tx/paper/table3_real_pilot.json (package data: `reproduce --plan` reads it) and
+docs/table3_real_pilot.png (the curve). Never run
 it beside the test suite or another benchmark: its step times are the plan's.
 """
 
@@ -31,7 +32,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-RESULTS = os.path.join(ROOT, "benchmarks", "results", "table3_real_pilot.json")
+RESULTS = os.path.join(ROOT, "tx", "paper", "table3_real_pilot.json")
 PICTURE = os.path.join(ROOT, "docs", "table3_real_pilot.png")
 FLAT = 0.02  # dev perplexity's change over the curve's last fifth, at most
 TAG = "dev/perplexity"
@@ -57,7 +58,7 @@ def train(workdir: str, corpus: str, steps: int, warmup: int) -> dict:
 
 
 def curve(workdir: str) -> tuple[list[int], list[float]]:
-    from tx.viz.events import read_scalars
+    from tx.train.events import read_scalars
 
     steps, values = read_scalars(workdir)[TAG]
     return [int(s) for s in steps], [float(v) for v in values]

@@ -15,11 +15,10 @@ import pytest
 # Many tests compile the same programs (the tiny config's train step, its search), in this
 # process, in the other xdist worker and in the subprocesses tests start. JAX's persistent
 # compilation cache (keyed on the program, the XLA flags and the devices) lets them compile
-# once per run: the suite took 10 min 11 s with it against 12 min 17 s without (user time
-# 17:48 against 21:59, 2 workers). A fresh directory per run, made by the xdist controller
-# (or the lone process) before jax is imported, inherited by workers and subprocesses, and
-# removed at the end; a reader that meets an entry another process is still writing gets
-# a warning and compiles (jax._src.compiler._cache_read).
+# once per run ([measured](docs/performance.md#the-test-suite)). A fresh directory per run,
+# made by the xdist controller (or the lone process) before jax is imported, inherited by
+# workers and subprocesses, and removed at the end; a reader that meets an entry another
+# process is still writing gets a warning and compiles (jax._src.compiler._cache_read).
 _OWN_CACHE = None
 if "PYTEST_XDIST_WORKER" not in os.environ and "JAX_COMPILATION_CACHE_DIR" not in os.environ:
     _OWN_CACHE = tempfile.mkdtemp(prefix="tx-tests-jax-cache-")
@@ -69,17 +68,17 @@ def trained_model(trained):
     from tx.infer.translate import load_model
 
     cfg = load_config(wd.config_file(trained))
-    return cfg, load_model(cfg, trained, averaged=False)
+    return cfg, load_model(cfg, wd.Selection(trained, wd.CHECKPOINT))
 
 
 @pytest.fixture(scope="session")
 def vocab(tmp_path_factory, tiny):
     """The tiny config's vocabulary, trained once: runs given it (`data.vocab_path`) skip
     training one and are comparable bit for bit."""
-    from tx.data import dataset
+    from tx.data import vocabulary
 
     workdir = str(tmp_path_factory.mktemp("vocab"))
-    dataset.vocabulary(tiny().data, workdir)
+    vocabulary.obtain(tiny().data, workdir)
     return os.path.join(workdir, "spm.model")
 
 

@@ -85,7 +85,7 @@ def test_load_takes_a_run_a_checkpoint_an_average_or_an_export(run, model, expor
 
 
 def test_load_refuses_what_it_cannot_load(run, exported, tmp_path):
-    with pytest.raises(wd.NotARun, match="is not a tx run, a checkpoint of one"):
+    with pytest.raises(wd.NotARun, match="is neither a tx run"):
         tx.load(str(tmp_path))
     with pytest.raises(ConfigError, match="for a CTranslate2 export"):
         tx.load(run, device="cuda")
@@ -93,9 +93,9 @@ def test_load_refuses_what_it_cannot_load(run, exported, tmp_path):
         tx.load(f"{run}/checkpoints/15", checkpoint=20)
     with pytest.raises(ConfigError, match="is an export of one checkpoint"):
         tx.load(exported, checkpoint=15)
-    with pytest.raises(translate_lib.CheckpointNotFound, match="no averaged checkpoint 7 in"):
+    with pytest.raises(wd.CheckpointNotFound, match="no averaged checkpoint 7 in"):
         tx.load(f"{run}/averaged/7")
-    with pytest.raises(translate_lib.CheckpointNotFound, match="no checkpoint at step 7"):
+    with pytest.raises(wd.CheckpointNotFound, match="no checkpoint at step 7"):
         tx.load(run, checkpoint=7)
     hf = tmp_path / "hf"  # a Hugging Face export carries tx's record too
     hf.mkdir()

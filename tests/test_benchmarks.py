@@ -74,7 +74,7 @@ def test_small_recipe_by_steps_reads_the_dev_losses_from_the_runs_tensorboard(
     import small_recipe
 
     from tx import workdir as wd
-    from tx.train.monitor import Summaries
+    from tx.train.events import Summaries
 
     summaries = Summaries(wd.tensorboard_dir(str(tmp_path)), enabled=True)
     for step, loss in ((200, 4.9921), (400, 3.7151), (600, 3.08)):

@@ -106,7 +106,7 @@ def test_average_and_decode_with_the_best(stopped, tiny, vocab):
     leaves = jax.tree_util.tree_leaves
     for got, ref in zip(leaves(loaded.params), leaves(want), strict=True):
         np.testing.assert_array_equal(np.asarray(got), np.asarray(ref))
-    single = load_model(cfg, workdir, checkpoint_step="best")
+    single = load_model(cfg, workdir, "best")
     assert single.source == "checkpoints/4 (best by dev_bleu)"
     with open(os.path.join(workdir, "run_card.json")) as f:
         record = json.load(f)["average"]

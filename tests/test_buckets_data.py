@@ -16,8 +16,8 @@ import pytest
 from object_store import point_at
 
 from tx import storage
-from tx.data import dataset, demo_corpus, external, sources, token_cache
-from tx.data.tokenizer import Tokenizer, VocabularyError, check_vocabulary, run_tokenizer
+from tx.data import dataset, demo_corpus, external, sources, token_cache, vocabulary
+from tx.data.tokenizer import Tokenizer, VocabularyError
 
 SIZES = {"train": 1000, "dev": 40, "test": 40}
 
@@ -58,7 +58,7 @@ def bucket_run(bucket, tiny, tmp_path, monkeypatch):
     monkeypatch.setenv("TX_CACHE_DIR", str(tmp_path / "cache"))
     cfg = text_config(tiny, write_corpus(storage.join(bucket, "corpus")))
     workdir = storage.join(bucket, "run")
-    tokenizer = dataset.vocabulary(cfg.data, workdir)
+    tokenizer = vocabulary.obtain(cfg.data, workdir)
     ids = dataset.split_ids(cfg.data, workdir, tokenizer, "train")
     return cfg, workdir, tokenizer, ids
 
@@ -85,7 +85,7 @@ def test_a_corpus_in_a_bucket_is_prepared_into_a_workdir_in_the_bucket(
     monkeypatch.setattr(sources, "_scan", lambda path: pytest.fail(f"read {path} whole"))
     monkeypatch.setattr(Tokenizer, "encode_batch", lambda *a: pytest.fail("re-tokenized"))
     for build in (True, False):
-        tok = dataset.vocabulary(cfg.data, workdir, build=build)
+        tok = vocabulary.obtain(cfg.data, workdir, build=build)
         again = dataset.split_ids(cfg.data, workdir, tok, "train", build=build)
         for a, b in zip(arrays(ids), arrays(again), strict=True):
             np.testing.assert_array_equal(a, b)
@@ -133,11 +133,11 @@ def test_a_prefix_without_a_manifest_is_never_read_and_is_rebuilt(bucket_run, ca
 
 def test_a_damaged_vocabulary_in_a_bucket_is_refused_by_name(bucket_run):
     _, workdir, tokenizer, _ = bucket_run
-    check_vocabulary(workdir, tokenizer)  # records vocab.sha256, as train does
+    vocabulary.record(workdir, tokenizer)  # records vocab.sha256, as train does
     path = storage.join(workdir, "spm.model")
     storage.write_bytes(path, storage.read_bytes(path)[:100])
     with pytest.raises(VocabularyError, match=f"{path} is damaged or replaced"):
-        run_tokenizer(workdir)
+        vocabulary.run_tokenizer(workdir)
     assert storage.exists(path)  # never deleted
 
 
@@ -146,7 +146,7 @@ def test_vocab_path_in_a_bucket(bucket, vocab, tiny, tmp_path):
     with open(vocab, "rb") as f:
         storage.write_bytes(given, f.read())
     for workdir in (str(tmp_path / "run"), storage.join(bucket, "run")):
-        tok = dataset.vocabulary(tiny(f"data.vocab_path={given}").data, workdir)
+        tok = vocabulary.obtain(tiny(f"data.vocab_path={given}").data, workdir)
         assert tok.fingerprint == Tokenizer(vocab).fingerprint
         assert storage.read_bytes(storage.join(workdir, "spm.model")) == tok.model_bytes
 
@@ -172,12 +172,12 @@ def test_build_false_names_what_is_not_prepared(where, vocab, tiny):
     workdir = storage.join(where, "run")
     cfg = tiny(f"data.vocab_path={vocab}")  # the demo source: no files to record
     with pytest.raises(sources.NotPrepared) as e:
-        dataset.vocabulary(cfg.data, workdir, build=False)
+        vocabulary.obtain(cfg.data, workdir, build=False)
     path = storage.join(workdir, "spm.model")
     assert str(e.value) == f"the vocabulary is not prepared: {path} is missing"
     assert (e.value.what, e.value.path) == ("the vocabulary", path)
     assert not storage.exists(path)  # build=False wrote nothing
-    tok = dataset.vocabulary(cfg.data, workdir)
+    tok = vocabulary.obtain(cfg.data, workdir)
     with pytest.raises(sources.NotPrepared, match="the dev split is not prepared: .* is missing"):
         dataset.split_ids(cfg.data, workdir, tok, "dev", build=False)
     assert storage.listdir(storage.join(workdir, "data")) == []
@@ -189,7 +189,7 @@ def test_build_false_does_not_read_a_source_object_without_its_record(where, voc
     prefixes = write_corpus(storage.join(where, "corpus"))
     cfg = text_config(tiny, prefixes, f"data.vocab_path={vocab}")
     workdir = storage.join(where, "run")
-    tok = dataset.vocabulary(cfg.data, workdir)
+    tok = vocabulary.obtain(cfg.data, workdir)
     if not storage.is_remote(where):  # local files are read each time: only the cache misses
         with pytest.raises(sources.NotPrepared, match="the dev split is not prepared: .*missing"):
             dataset.split_ids(cfg.data, workdir, tok, "dev", build=False)

@@ -29,10 +29,9 @@ from tx import workdir as wd
 from tx.train import checkpoint, runcard, runlock
 from tx.train.averaging import average_last, averaged_steps, restore_averaged
 from tx.train.checkpoint import Checkpointer
-from tx.train.monitor import Summaries
+from tx.train.events import Summaries, read_scalars
 from tx.train.runlock import WorkdirBusy
 from tx.train.trainer import TrainState
-from tx.viz.events import read_scalars
 from tx.viz.pictures import curves_picture
 
 

@@ -4,7 +4,9 @@ checkpoints damaged on disk."""
 import errno
 import glob
 import os
-import threading
+import shutil
+import subprocess
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -12,9 +14,8 @@ import ml_collections
 import numpy as np
 import pytest
 from conftest import fail_orbax_writes
-from orbax.checkpoint._src.futures import future as ocp_future
 
-from tx import storage
+from tx import compat, storage
 from tx.infer.translate import StaleAverage, _check_fresh
 from tx.train import checkpoint
 from tx.train.averaging import average_last, averaged_steps, restore_averaged
@@ -117,6 +118,11 @@ def damage(step_dir: str, how: str) -> None:
     elif how == "array data cut short":  # e.g. a copy that ran out of space
         for path in data_files:
             os.truncate(path, os.path.getsize(path) // 2)
+    elif how == "array data zeroed":  # each file's first 40%: chunks, not B-tree nodes
+        # (every file: which arrays a file holds, params or Adam's moments, varies by run)
+        for path in data_files:
+            with open(path, "r+b") as f:
+                f.write(bytes(os.path.getsize(path) * 2 // 5))
     elif how == "every file emptied":
         for path in _files(step_dir):
             os.truncate(os.path.join(step_dir, path), 0)
@@ -190,6 +196,48 @@ def test_average_refuses_damaged_inputs_by_name(tmp_path):
     assert not os.path.exists(tmp_path / "averaged" / "15")
 
 
+def test_a_damaged_checkpoint_is_one_line_on_the_command_line(root, trained, tmp_path):
+    """`translate --checkpoint` of a checkpoint whose array data is damaged: one line on
+    stderr, its cause worded from TensorStore's message (not Orbax's repr of the store's spec),
+    and no read Orbax left pending printing its traceback at exit."""
+    run = tmp_path / "run"
+    shutil.copytree(trained, run, ignore=shutil.ignore_patterns("averaged"))
+    damage(str(run / "checkpoints" / "15"), "array data zeroed")
+    res = subprocess.run(
+        [sys.executable, "-m", "tx", "translate", "--workdir", str(run), "--checkpoint", "15"],
+        cwd=root, input="A dog.\n", capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert res.returncode == 2 and res.stderr.count("\n") == 1, res.stderr[-3000:]
+    assert res.stderr.startswith(f"error: {run}/checkpoints/15 cannot be restored (ValueError: ")
+    assert "Exception ignored" not in res.stderr and "bound method" not in res.stderr
+
+
+def test_reads_left_pending_by_a_failed_restore_end_with_it(tmp_path):
+    """Orbax runs a restore's reads as tasks of an event loop of its own and closes it at the
+    first failure; inside `checkpoint.reading` the tasks still pending are cancelled and
+    awaited first, so none is left to print a traceback when collected."""
+    import asyncio
+
+    from orbax.checkpoint._src import asyncio_utils
+
+    ended = []
+
+    async def read(i):
+        try:
+            await asyncio.sleep(0 if i == 0 else 60)
+            raise OSError(f"read {i} failed")
+        finally:
+            ended.append(i)
+
+    async def restore():
+        await asyncio.gather(*(read(i) for i in range(5)))
+
+    failed = pytest.raises(checkpoint.UnreadableCheckpoint, match=r"\(OSError: read 0 failed\)$")
+    with failed, checkpoint.reading(str(tmp_path)):
+        asyncio_utils.run_sync(restore())
+    assert sorted(ended) == [0, 1, 2, 3, 4]
+
+
 # ---------------------------------------------------------------- failed writes
 def fail_writes_under(monkeypatch, fragment: str) -> None:
     """Orbax's file writes under `fragment` fail with a full disk (conftest.fail_orbax_writes)."""
@@ -212,7 +260,7 @@ def test_a_failed_save_names_it_and_leaves_the_earlier_checkpoints(
     assert "No space left on device" in str(e.value)
     # The failed save's other writes have ended: a retry cannot race them for its files (CI saw
     # the retry's removal of the temporary directory lose a TensorStore lock file to one).
-    assert not [t for t in threading.enumerate() if isinstance(t, ocp_future._SignalingThread)]
+    assert not list(compat.commit_threads())
     # Nothing was pruned for a checkpoint that never completed, and no reader sees a step 15.
     assert {step: _files(ckpt.path(step)) for step in (5, 10)} == before
     assert ckpt.all_steps() == [5, 10]

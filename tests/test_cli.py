@@ -222,7 +222,7 @@ def _sample(action) -> list[str]:
         return []
     if action.choices:
         return [str(next(c for c in action.choices if c != action.default))]
-    value = {int: "2", options.positive_int: "2", float: "0.5", options.step_or_best: "5"}
+    value = {int: "2", options.positive_int: "2", float: "0.5", options.selector: "5"}
     return [value.get(action.type, "x")]
 
 

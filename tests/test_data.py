@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from tx.config import load_config
-from tx.data import dataset, demo_corpus, sources
+from tx.data import demo_corpus, sources, vocabulary
 from tx.data.pipeline import (
     POSITION_KEY,
     BatchSpec,
@@ -203,7 +203,7 @@ def test_tfds_direction_must_match_the_pair():
 def tiny_run(tmp_path_factory, tiny):
     cfg = tiny()
     workdir = str(tmp_path_factory.mktemp("tiny"))
-    tok = dataset.vocabulary(cfg.data, workdir)
+    tok = vocabulary.obtain(cfg.data, workdir)
     return cfg, workdir, tok
 
 
@@ -223,14 +223,12 @@ def test_vocabulary_reserved_ids_and_round_trip(tiny_run):
 
 def test_vocabulary_is_reused_never_retrained(tiny_run, monkeypatch):
     cfg, workdir, tok = tiny_run
-    import tx.data.dataset as ds
-
-    monkeypatch.setattr(ds, "train_tokenizer", lambda *a, **k: pytest.fail("retrained"))
-    assert dataset.vocabulary(cfg.data, workdir).fingerprint == tok.fingerprint
+    monkeypatch.setattr(vocabulary, "train_tokenizer", lambda *a, **k: pytest.fail("retrained"))
+    assert vocabulary.obtain(cfg.data, workdir).fingerprint == tok.fingerprint
     cfg2 = cfg.copy_and_resolve_references()
     cfg2.data.vocab_size = 500
     with pytest.raises(VocabularyError, match="300 pieces but data.vocab_size=500"):
-        dataset.vocabulary(cfg2.data, workdir)
+        vocabulary.obtain(cfg2.data, workdir)
 
 
 def test_token_cache_is_written_once(tiny_run, monkeypatch, tmp_path):
@@ -282,14 +280,14 @@ ROUND_TRIP = [s for pair in TYPOGRAPHIC_PAIRS for s in pair] + [
 
 
 def typographic_vocabulary(tmp_path, **data):
-    """`dataset.vocabulary` from base.py's data section on TYPOGRAPHIC_PAIRS (text source)."""
+    """`vocabulary.obtain` from base.py's data section on TYPOGRAPHIC_PAIRS (text source)."""
     cfg = load_config_base()
     tmp_path.mkdir(exist_ok=True)
     prefix = tmp_path / "train"
     write(f"{prefix}.en", "".join(f"{en}\n" for en, _ in TYPOGRAPHIC_PAIRS * 20))
     write(f"{prefix}.de", "".join(f"{de}\n" for _, de in TYPOGRAPHIC_PAIRS * 20))
     cfg.data.update(source="text", train_prefix=str(prefix), vocab_size=200, **data)
-    return dataset.vocabulary(cfg.data, str(tmp_path))
+    return vocabulary.obtain(cfg.data, str(tmp_path))
 
 
 def test_vocabulary_round_trips_typographic_text(tmp_path):

@@ -16,8 +16,9 @@ from test_buckets_infer import upload_run
 from tx import storage
 from tx import workdir as wd
 from tx.config import ConfigError, load_config
-from tx.data import dataset
-from tx.data.tokenizer import VocabularyError, run_tokenizer
+from tx.data import dataset, vocabulary
+from tx.data.tokenizer import VocabularyError
+from tx.data.vocabulary import run_tokenizer
 from tx.train import init_from
 from tx.train import trainer as trainer_lib
 from tx.train.averaging import average_last, restore_averaged, save_params
@@ -78,7 +79,8 @@ def test_dev_loss_before_the_first_update_is_the_sources(source, tiny, trainer, 
     cfg = tiny(f"train.init_from={source}", *OWN)
     workdir = str(tmp_path / "new")
     start = init_from.start(cfg, workdir)
-    dev = dataset.split_ids(cfg.data, workdir, init_from.vocabulary(cfg, workdir, start), "dev")
+    tokenizer = vocabulary.obtain(cfg.data, workdir, model=cfg.model, source=start)
+    dev = dataset.split_ids(cfg.data, workdir, tokenizer, "dev")
     state = init_from.initial_state(trainer, start, cfg.train.seed)
     _assert_same(state.params, src_params)  # bit for bit, into this run's sharding
 
@@ -127,7 +129,7 @@ def test_the_card_names_the_source_and_the_vocabulary_was_copied(fine, source):
         "vocabulary_files": {"spm.model": storage.sha256(wd.vocab_file(source))},
     }
     assert card["data"]["vocabulary_sha256"] == sha
-    for name in init_from.vocabulary_files(source):
+    for name in vocabulary.files(source):
         assert storage.sha256(os.path.join(workdir, name)) == storage.sha256(
             os.path.join(source, name)
         )
@@ -204,7 +206,8 @@ def test_from_a_bucket(source, trainer, bucket, tmp_path, tiny):
     found = init_from.find(f"{run}/averaged/20")
     _assert_same(init_from.initial_state(trainer, found, 0).params, mean)
     cfg = tiny(f"train.init_from={run}")
-    init_from.vocabulary(cfg, str(tmp_path))
+    found = init_from.vocabulary_source(cfg, str(tmp_path))
+    vocabulary.obtain(cfg.data, str(tmp_path), model=cfg.model, source=found)
     assert storage.sha256(wd.vocab_file(str(tmp_path))) == storage.sha256(wd.vocab_file(source))
 
 
@@ -288,6 +291,6 @@ def test_what_is_not_a_source_is_named(source, tmp_path):
         init_from.find(str(tmp_path))
     with pytest.raises(
         ConfigError,
-        match=r"has no complete checkpoint of step 7 \(its checkpoints: 5, 10, 15, 20\)",
+        match=r"no checkpoint at step 7 in .*/checkpoints \(available: \[5, 10, 15, 20\]\)",
     ):
         init_from.find(f"{source}/checkpoints/7")

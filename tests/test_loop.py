@@ -180,6 +180,31 @@ def test_sigterm_saves_a_checkpoint_and_exits_cleanly(root, vocab, tmp_path):
     shutil.rmtree(tmp_path)
 
 
+def test_a_stopped_run_end_to_end_is_neither_averaged_nor_scored(root, vocab, tmp_path):
+    # `demo` (as `reproduce --run`) trains, averages and scores: a SIGTERM while it trains
+    # must end the command with one line, and never score the part trained so far.
+    cmd = _tx_train(
+        tmp_path,
+        f"--config.data.vocab_path={vocab}",
+        "--config.train.num_steps=100000",
+        "--config.train.log_every_steps=1",
+    )
+    cmd[cmd.index("train")] = "demo"
+    proc = subprocess.Popen(
+        cmd, cwd=root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    deadline = time.time() + 120
+    for line in proc.stdout:
+        if line.startswith("step 3/") or time.time() > deadline:
+            break
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 2, out
+    assert f"error: {tmp_path}: training stopped at step " in out
+    assert "(SIGTERM received): nothing was averaged or scored" in out
+    assert not os.path.exists(tmp_path / "averaged") and "BLEU" not in out
+
+
 def test_resume_with_no_readable_checkpoint_names_each_and_changes_nothing(vocab, tmp_path, tiny):
     cfg = tiny(f"data.vocab_path={vocab}", "train.num_steps=2", "train.checkpoint_every_steps=1")
     train(cfg, str(tmp_path))
@@ -218,9 +243,9 @@ def test_workdir_refuses_another_vocabulary(vocab, tmp_path, tiny):
     train(tiny(f"data.vocab_path={vocab}", "train.num_steps=2"), str(tmp_path / "run"))
     # Same size, other data: a different vocabulary that would silently scramble the ids.
     other = tiny("data.demo_seed=7")
-    from tx.data import dataset
+    from tx.data import vocabulary
 
-    dataset.vocabulary(other.data, str(tmp_path / "other"))
+    vocabulary.obtain(other.data, str(tmp_path / "other"))
     shutil.copy(tmp_path / "other" / "spm.model", tmp_path / "run" / "spm.model")
     with pytest.raises(VocabularyError, match="spm.model is damaged or replaced"):
         train(tiny("train.num_steps=4"), str(tmp_path / "run"))

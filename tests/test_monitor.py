@@ -8,7 +8,8 @@ import os
 import pytest
 
 from tx.train import monitor
-from tx.train.monitor import Progress, Summaries, Throughput, Window, peak_tflops
+from tx.train.events import Summaries
+from tx.train.monitor import Progress, Throughput, Window, peak_tflops
 
 
 class FakeDevice:

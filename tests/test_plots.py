@@ -14,8 +14,8 @@ from matplotlib.image import imread
 from matplotlib.text import Text
 
 from tx.model.layers import PositionEmbedding
+from tx.train.events import read_scalars
 from tx.viz import plots
-from tx.viz.events import read_scalars
 from tx.viz.pictures import PictureError, positional_encoding
 
 # 25 sub-words of a WMT-like sentence, some long, as SentencePiece spells them.
@@ -162,15 +162,16 @@ def test_positional_needs_an_even_width():
 
 
 def _event_file(path, events) -> None:
-    """A TFRecord file of scalar events (step, wall time, tag, value); CRCs left zero."""
+    """A TFRecord file of scalar events (step, wall time, tag, value), as older writers wrote
+    them (`simple_value`)."""
     from tensorboard.compat.proto import event_pb2
+    from tensorboard.summary.writer.record_writer import RecordWriter
 
     with open(path, "wb") as f:
         for step, wall, tag, value in events:
             e = event_pb2.Event(step=step, wall_time=wall)
             e.summary.value.add(tag=tag, simple_value=value)
-            data = e.SerializeToString()
-            f.write(struct.pack("<Q", len(data)) + b"\0" * 4 + data + b"\0" * 4)
+            RecordWriter(f).write(e.SerializeToString())
 
 
 def test_events_are_read_in_step_order_and_a_rewritten_step_keeps_the_later_value(tmp_path):
@@ -303,10 +304,10 @@ def test_the_demo_draws_an_attention_map_and_the_curves(trained):
     from tx.config import load_config
     from tx.infer.translate import load_model
     from tx.paper.demo import draw_pictures
-    from tx.workdir import config_file
+    from tx.workdir import CHECKPOINT, Selection, config_file
 
     cfg = load_config(config_file(trained))
-    paths = draw_pictures(cfg, trained, load_model(cfg, trained, averaged=False))
+    paths = draw_pictures(cfg, trained, load_model(cfg, Selection(trained, CHECKPOINT)))
     assert [os.path.relpath(p, trained) for p in paths] == [
         "plots/attention/encoder_self_attention.png",
         "plots/attention/decoder_self_attention.png",

@@ -22,7 +22,8 @@ import pytest
 
 from tx.config import ConfigError, load_config
 from tx.data import dataset, token_cache
-from tx.data.tokenizer import VocabularyError, run_tokenizer
+from tx.data.tokenizer import VocabularyError
+from tx.data.vocabulary import run_tokenizer
 from tx.train import runcard, runlock
 from tx.train.runlock import WorkdirBusy
 

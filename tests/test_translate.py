@@ -30,7 +30,7 @@ def test_loading_reads_parameters_without_an_optimizer(trained, monkeypatch):
 
     monkeypatch.setattr(tx.train.optim, "make_optimizer", lambda *a: pytest.fail("built Adam"))
     cfg = load_config(wd.config_file(trained))
-    loaded = load_model(cfg, trained, checkpoint_step=20)
+    loaded = load_model(cfg, trained, 20)
     assert loaded.source == "checkpoints/20"
     assert set(loaded.params) >= {"encoder", "decoder", "shared_embedding"}
 

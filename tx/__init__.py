@@ -1,10 +1,11 @@
 """tx: the original Transformer for machine translation in JAX/Flax.
 
-The package in layers, lowest first: four modules every wing shares, eight wings (packages)
+The package in layers, lowest first: five modules every wing shares, eight wings (packages)
 and the Python API (tx.api; `tx.load` below). A module imports only from its own layer and
 the layers before it in this list (tests/test_layout.py checks it, and that no module imports
 in a circle):
 
+    tx.compat    the one place tx reaches other libraries' private code (tests/test_compat.py)
     tx.tokens    the special token ids
     tx.storage   local paths and buckets (gs://, s3://): every read and write of a run's files
     tx.model     layers, the Transformer, the RNN family, the families registry, counting
@@ -59,6 +60,7 @@ def __dir__() -> list[str]:  # tab completion and help() see the lazy names too
 
 # The layers above, in order, and the wings among them (tests/test_layout.py reads both).
 LAYERS = [
+    "tx.compat",
     "tx.tokens",
     "tx.storage",
     "tx.model",

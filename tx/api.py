@@ -7,9 +7,10 @@
 
 `tx.load` takes a run directory (`--workdir` of `python -m tx train`), one of its checkpoints
 (`runs/demo/checkpoints/STEP`, or `checkpoint=STEP` / `"best"`), an averaged one
-(`runs/demo/averaged/STEP`), or a CTranslate2 export (`python -m tx export`); local or in a
-bucket (gs://, s3://). A run decodes with tx's own search; an export with CTranslate2
-(`device`, `compute_type`, `threads` are its settings).
+(`runs/demo/averaged/STEP`, or `checkpoint="averaged/STEP"`): tx.workdir.Selection; or a
+CTranslate2 export (`python -m tx export`); local or in a bucket (gs://, s3://). A run decodes
+with tx's own search; an export with CTranslate2 (`device`, `compute_type`, `threads` are its
+settings). A Hugging Face directory is neither: `python -m tx import` makes it a run.
 
 The search settings are the run's config (its decode section) unless given: `beam` (beam
 search of that width), `alpha` (the length penalty), `max_extra_len` (output length <= input
@@ -64,9 +65,9 @@ def load(
     threads: int | None = None,
 ) -> Model:
     """The model at `path`: a run, RUN/checkpoints/STEP, RUN/averaged/STEP, or a CTranslate2
-    export (see the module's docstring). `checkpoint` (a run only): a training step, or
-    "best" by the run's dev score. `device` ("cpu", "cuda", "auto"), `compute_type` and
-    `threads` (0: one per core) are CTranslate2's, for an export only."""
+    export (see the module's docstring). `checkpoint` (a run only): a training step, "best" by
+    the run's dev score, or "averaged/STEP". `device` ("cpu", "cuda", "auto"), `compute_type`
+    and `threads` (0: one per core) are CTranslate2's, for an export only."""
     path = path.rstrip("/")
     record_file = storage.join(path, export.EXPORT_FILE)
     if storage.isfile(record_file):
@@ -83,28 +84,9 @@ def load(
         return Model(engine, engine.cfg)
     if (device, compute_type, threads) != (None, None, None):
         raise ConfigError("device, compute_type and threads are for a CTranslate2 export")
-    run, kind, step = _run_of(path)
-    cfg = load_config(wd.require_run(run))
-    if kind == "averaged":
-        return Model(load_model(cfg, run, averaged_step=step), cfg)
-    if step is not None and checkpoint is not None:
-        raise ConfigError(f"{path} is one checkpoint already: no checkpoint= to choose")
-    return Model(load_model(cfg, run, step if step is not None else checkpoint), cfg)
-
-
-def _run_of(path: str) -> tuple[str, str | None, int | None]:
-    """(the run, "checkpoints" | "averaged" | None, the step) that `path` names."""
-    parent, name = storage.dirname(path), path.rsplit("/", 1)[-1]
-    run = storage.dirname(parent)
-    for kind, directory in (("checkpoints", wd.checkpoints_dir), ("averaged", wd.averaged_dir)):
-        if name.isdigit() and parent == directory(run) and storage.exists(wd.config_file(run)):
-            return run, kind, int(name)
-    if not storage.exists(wd.config_file(path)):
-        raise wd.NotARun(
-            f"{path} is not a tx run, a checkpoint of one (RUN/checkpoints/STEP, "
-            f"RUN/averaged/STEP) or a CTranslate2 export (no {export.EXPORT_FILE})"
-        )
-    return path, None, None
+    selection = wd.Selection.parse(path, checkpoint)
+    cfg = load_config(wd.config_file(selection.run))
+    return Model(load_model(cfg, selection), cfg)
 
 
 @dataclasses.dataclass

@@ -19,6 +19,7 @@ import ast
 import dataclasses
 import importlib.util
 import json
+import os
 import types
 import typing
 from collections.abc import Sequence
@@ -305,3 +306,16 @@ def split_config_args(argv: Sequence[str]) -> tuple[list[str], str | None, list[
         else:
             rest.append(a)
     return rest, path, overrides
+
+
+def checkout() -> str | None:
+    """The source checkout tx is imported from (the directory above tx/, with configs/ and
+    results/), or None for an installed tx: pyproject.toml installs configs/ as tx/configs/."""
+    package = os.path.dirname(os.path.abspath(__file__))
+    return None if os.path.isdir(os.path.join(package, "configs")) else os.path.dirname(package)
+
+
+def configs_dir() -> str:
+    """tx's own configs (`--config base`): the installed package's tx/configs/, or the
+    checkout's configs/ (one copy)."""
+    return os.path.join(checkout() or os.path.dirname(os.path.abspath(__file__)), "configs")

@@ -38,6 +38,8 @@ import shutil
 import tempfile
 from collections.abc import Iterator
 
+from tx import compat
+
 SCHEMES = ("gs://", "s3://")
 
 
@@ -83,19 +85,21 @@ def configure() -> None:
 
     etils.epath (Orbax's and TFDS's path layer) would use tf.io.gfile when TensorFlow is
     installed, whose GCS client cannot be pointed at an endpoint and which has no S3: it is
-    told to use fsspec. Directory listings are not cached (another process's writes must be
-    seen). With STORAGE_EMULATOR_HOST, TensorStore's gcs driver is pointed at the same server
-    (it reads TENSORSTORE_GCS_HTTP_URL, not that variable) with a test token, and Google's
-    libraries do not probe for a metadata server. Variables already set are kept.
+    told to use fsspec (tx.compat.epath_without_tf). Directory listings are not cached
+    (another process's writes must be seen). With STORAGE_EMULATOR_HOST, TensorStore's gcs
+    driver is pointed at the same server (it reads TENSORSTORE_GCS_HTTP_URL, not that
+    variable) with a test token, and Google's libraries do not probe for a metadata server.
+    Variables already set are kept.
+
+    A bucket's transient refusals (429, 503 SlowDown) are retried with backoff by the
+    library that meets them, with its defaults: gcsfs (6 tries) and s3fs (5, over botocore's
+    own) for this module and Orbax's files, TensorStore (32) for the arrays
+    (https://google.github.io/tensorstore/kvstore/s3/index.html); tests/test_buckets_flaky.py.
     """
     global _configured
     if _configured:
         return
-    os.environ["EPATH_USE_TF"] = "0"
-    with contextlib.suppress(ImportError, AttributeError):
-        from etils.epath import gpath
-
-        gpath._is_tf_installed.cache_clear()  # read once and cached: forget an earlier answer
+    compat.epath_without_tf()
     # gcsfs picks its experimental file system at import unless told not to (and says so).
     os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
     import fsspec
@@ -386,10 +390,13 @@ def replace_if(path: str, data: bytes, expected: str) -> None:
         elif path.startswith("gs://"):
             fs, p = _fs(path)
             bucket, key, _ = fs.split_path(p)
-            try:  # gcsfs has no call for a generation precondition on replace
+            # gcsfs has no call for a generation precondition on replace: the JSON API's upload
+            # (https://cloud.google.com/storage/docs/json_api/v1/objects/insert), through gcsfs.
+            upload = fs.base.removesuffix("storage/v1/") + f"upload/storage/v1/b/{bucket}/o"
+            try:
                 fs.call(
                     "POST",
-                    f"{fs._location}/upload/storage/v1/b/{bucket}/o",
+                    upload,
                     uploadType="media",
                     name=key,
                     ifGenerationMatch=str(expected),

@@ -15,6 +15,8 @@
     W/lock.json             the run that writes to W now (tx.train.runlock)
 
 W is a local directory or a bucket's prefix (gs://, s3://): tx.storage reads and writes it.
+Which of its parameters a reader takes (a checkpoint, the best, an average) is one value,
+`Selection`, parsed here from a path or --checkpoint.
 A workdir belongs to one model and one vocabulary: resuming it with another is refused.
 """
 
@@ -22,6 +24,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
+from collections.abc import Callable
 
 import jax
 import ml_collections
@@ -52,7 +56,7 @@ def is_main() -> bool:
 
 
 class NotARun(FileNotFoundError):
-    """A directory given as --workdir that no training has written."""
+    """A path given as a run (--workdir, a Selection) that no training has written."""
 
 
 def _in_run(name: str):
@@ -93,6 +97,108 @@ def require_run(workdir: str) -> str:
             "`python -m tx train --config FILE --workdir DIR`, or pass --config FILE"
         )
     return path
+
+
+class CheckpointNotFound(FileNotFoundError):
+    """A Selection of parameters its run does not have."""
+
+
+CHECKPOINT, AVERAGE = "checkpoint", "average"  # the two kinds of a run's parameters
+# What follows a run in a path (RUN/checkpoints/15), or given apart (tx.load's checkpoint=,
+# --checkpoint): STEP.1 is the other name an average of STEP takes on a bucket
+# (tx.train.averaging).
+_IN_PATH = re.compile(r"(?P<run>.+)/(?P<which>checkpoints/\d+|averaged/\d+(?:\.1)?)")
+_WHICH = re.compile(
+    r"(?P<best>best)|(?:checkpoints/)?(?P<checkpoint>\d+)|averaged/(?P<average>\d+)(?:\.1)?"
+)
+# What is not a run though it may look like one, by a file of its own (tx_export.json:
+# tx.infer.export; a Hugging Face directory's weights, which `import` reads).
+_NOT_A_RUN = {
+    "tx_export.json": "an export (`python -m tx export`), not a tx run: name the run it came from",
+    **dict.fromkeys(
+        ("model.safetensors", "pytorch_model.bin"),
+        "a Hugging Face model, not a tx run: `python -m tx import --from-huggingface {} "
+        "--workdir W` makes it one",
+    ),
+}
+
+
+def which(value: int | str | None) -> tuple[str | None, int | str | None]:
+    """(kind, step) of what follows a run: None (its default), STEP or checkpoints/STEP (a
+    training checkpoint), "best" (the checkpoint with the best dev score) or averaged/STEP (an
+    average; STEP.1 too). ConfigError naming any other value."""
+    if value is None:
+        return None, None
+    found = _WHICH.fullmatch(str(value))
+    if found is None:
+        raise ConfigError(f"{value!r} is not a step number, 'best' or averaged/STEP")
+    if found["average"]:
+        return AVERAGE, int(found["average"])
+    return CHECKPOINT, "best" if found["best"] else int(found["checkpoint"])
+
+
+@dataclasses.dataclass(frozen=True)
+class Selection:
+    """Which parameters of a run: the one value that tx.load, tx.infer.translate.load_model,
+    train.init_from and the commands' --workdir RUN --checkpoint make (`parse`) and read.
+
+        RUN                   the newest average, else the latest training checkpoint
+        RUN/checkpoints/STEP  the training checkpoint of STEP (apart: STEP)
+        RUN/averaged/STEP     the average written at STEP (STEP.1 too; apart: averaged/STEP)
+        RUN with "best"       the training checkpoint with the best dev score (tx.train.best)
+
+    RUN is a local directory or a bucket's prefix (gs://, s3://). An export (`python -m tx
+    export`) or a Hugging Face directory is no run: `parse` says so by name.
+    """
+
+    run: str
+    kind: str | None = None  # CHECKPOINT or AVERAGE; None: the newest average, else the latest
+    step: int | str | None = None  # a step, or "best" (a checkpoint); None: the newest
+
+    @classmethod
+    def parse(cls, text: str, checkpoint: int | str | None = None) -> Selection:
+        """What `text` (a run, or a path into one: above) and `checkpoint` (with a run only:
+        `which`) name. NotARun or ConfigError in one line naming the text."""
+        path = str(text).rstrip("/")
+        names = storage.listdir(path)
+        for name, what in _NOT_A_RUN.items():
+            if name in names:
+                raise NotARun(f"{text} is " + what.format(text))
+        if "config.json" in names:
+            return cls(path, *which(checkpoint))
+        found = _IN_PATH.fullmatch(path)
+        if found is None or not storage.exists(config_file(found["run"])):
+            raise NotARun(
+                f"{text} is neither a tx run (it has no config.json) nor one of a run's "
+                "checkpoints (RUN/checkpoints/STEP) or averages (RUN/averaged/STEP)"
+            )
+        if checkpoint is not None:
+            raise ConfigError(f"{text} is one checkpoint already: no checkpoint= to choose")
+        return cls(found["run"], *which(found["which"]))
+
+    def resolve(
+        self, averages: Callable[[], list[int]], checkpoints: Callable[[], list[int]]
+    ) -> Selection:
+        """This selection with its kind and step, which the run has: `averages()` and
+        `checkpoints()` list the run's complete ones (tx.train reads them; each called only if
+        needed). "best" is the reader's to find first, from the scores. CheckpointNotFound
+        names what the run has."""
+        if self.kind is None:
+            have = averages()
+            kind, have = (AVERAGE, have) if have else (CHECKPOINT, checkpoints())
+            if not have:
+                raise CheckpointNotFound(f"{self.run} has no averages or checkpoints")
+            return dataclasses.replace(self, kind=kind, step=have[-1])
+        average = self.kind == AVERAGE
+        have = averages() if average else checkpoints()
+        step = have[-1] if self.step is None and have else self.step
+        if step not in have:
+            what = "averaged checkpoint" if average else "checkpoint"
+            if step is not None:
+                what += f" {step}" if average else f" at step {step}"
+            where = averaged_dir(self.run) if average else checkpoints_dir(self.run)
+            raise CheckpointNotFound(f"no {what} in {where} (available: {have})")
+        return dataclasses.replace(self, step=step)
 
 
 def check_config(cfg: ml_collections.ConfigDict, workdir: str) -> None:

@@ -1,9 +1,10 @@
 """The command line (`python -m tx COMMAND ...`, or the `tx` script): one module per command,
 no logic of its own.
 
-Each command is a module of this package, tx/cli/<command>.py: its options (`add_options`), how
-it finds its config (`CONFIG`) and `run(args, cfg)`. tx.cli.main holds what they share (the
-parser, the config, multi-process start-up, one-line errors), tx.cli.options the option groups.
+Each command is a module of this package, tx/cli/<command>.py (or MODULE_NAMES'): its options
+(`add_options`), how it finds its config (`CONFIG`) and `run(args, cfg)`. tx.cli.main holds
+what they share (the parser, the config, multi-process start-up, one-line errors),
+tx.cli.options the option groups.
 
 COMMANDS is the one list of the commands, in the order `python -m tx --help` lists them: a new
 command is its module and one line here. This module imports nothing, so that tx/__main__.py
@@ -36,3 +37,6 @@ COMMANDS = {
     "road": "the road to the Transformer, measured: road digits | gradients | table1 | length",
     "card": "a run's card for a person: code, packages, hardware, data, time, scores",
 }
+# Command -> its module, where the two names differ: `import` is a Python keyword, and
+# `attention` is tx.model.attention's name.
+MODULE_NAMES = {"import": "import_", "attention": "draw_attention"}

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 
 from tx.cli import options
 
@@ -72,43 +71,20 @@ def needs_run(args: argparse.Namespace) -> bool:
 
 def run(args: argparse.Namespace, cfg) -> int:
     from tx import storage
-    from tx.infer.engines import load_engine, with_search
+    from tx.eval.evaluate import evaluate, summary
 
-    label = _check(args)
-    cfg = with_search(cfg, **options.search_settings(args))
-    own = args.engine == "jax"
-    # An export is scored into its own directory; the run card is the training run's.
-    where = args.workdir if own else args.model
-    loaded = None if args.hyp else load_engine(cfg, **options.engine_kwargs(args))
-    if args.ref:
-        from tx.eval.evaluate import evaluate_files
-
-        default = f"{os.path.basename(args.src or '')}.hyp.{cfg.data.tgt_lang}"
-        result = evaluate_files(
-            cfg,
-            args.ref,
-            sources=args.src,
-            hypotheses=args.hyp,
-            loaded=loaded,
-            output=args.output or (None if args.hyp else storage.join(where, default)),
-            bootstrap=args.bootstrap,
-            by_length=args.bucket_width if args.by_length else 0,
-        )
-    else:
-        from tx.eval.evaluate import evaluate_split
-
-        result = evaluate_split(
-            cfg,
-            where,
-            label,
-            loaded,
-            bootstrap=args.bootstrap,
-            output=args.output,
-            by_length=args.bucket_width if args.by_length else 0,
-            record=own,
-        )
-    if loaded is not None and not own:
-        result["engine"] = args.engine
+    label, where, result = evaluate(
+        cfg,
+        split=args.split,
+        references=args.ref,
+        sources=args.src,
+        hypotheses=args.hyp,
+        output=args.output,
+        bootstrap=args.bootstrap,
+        by_length=args.bucket_width if args.by_length else None,
+        search=options.search_settings(args),
+        **options.engine_kwargs(args),
+    )
     if args.by_length:
         from tx.viz.pictures import by_length_picture
         from tx.workdir import plots_dir
@@ -118,49 +94,3 @@ def run(args: argparse.Namespace, cfg) -> int:
         result["by_length_png"] = by_length_picture(result, out)
     print(json.dumps(result) if args.json else "\n".join(summary(result, label)))
     return 0
-
-
-def _check(args: argparse.Namespace) -> str:
-    """The options that make one evaluation; the name its scores are printed under (the split,
-    or the reference file's name)."""
-    from tx.config import ConfigError
-
-    if args.by_length and args.bucket_width <= 0:
-        raise ConfigError(f"--bucket-width must be positive, got {args.bucket_width}")
-    if not (args.src or args.ref or args.hyp):
-        return args.split or "test"
-    if args.split:
-        raise ConfigError("--split evaluates the run's split; --src, --ref and --hyp name files")
-    if not args.ref or not (args.src or args.hyp):
-        raise ConfigError("evaluate needs --ref FILE with --src FILE (translated) or --hyp FILE")
-    if args.hyp and args.output:
-        raise ConfigError("--output writes translations; --hyp gives them")
-    if args.by_length and not args.src:
-        raise ConfigError("--by-length needs --src FILE (the source sentences' lengths)")
-    return os.path.basename(args.ref)
-
-
-def summary(result: dict, split: str) -> list[str]:
-    """evaluate_split's result as the lines a person reads."""
-    if "f1" in result:
-        return [
-            f"{split}: bracketing F1 {result['f1']:.2f} (precision {result['precision']:.2f}"
-            f", recall {result['recall']:.2f}; {result['f1_recipe']}); "
-            f"{result['scored_sentences']} of {result['num_sentences']} sentences scored; "
-            f"parses in {result['hypotheses_file']}"
-        ]
-    lines = [
-        f"{split}: sacreBLEU {result['bleu']:.2f} ({result['bleu_signature']})",
-        f"{split}: tokenized BLEU {result['tok_bleu']:.2f} "
-        f"(paper style: {result['tok_bleu_recipe']})",
-        f"{split}: chrF {result['chrf']:.2f}; {result['num_sentences']} sentences, "
-        f"{result.get('repetition_loops', 0)} with a repetition loop; "
-        f"hypotheses in {result['hypotheses_file']}",
-    ]
-    lines += [
-        f"{split}: {b['bucket']:>7} words: sacreBLEU {b['bleu']:6.2f} ({b['sentences']} sentences)"
-        for b in result.get("by_length", [])
-    ]
-    if "by_length_png" in result:
-        lines.append(f"wrote {result['by_length_png']}")
-    return lines

@@ -1,6 +1,6 @@
 """The command line: `python -m tx COMMAND ...` or `tx COMMAND ...` (tx/__main__.py).
 
-Each command is a module of this package (tx/cli/<command>.py): its options (`add_options`),
+Each command is a module of this package (tx.cli.MODULE_NAMES): its options (`add_options`),
 how it finds its config (CONFIG), and `run(args, cfg)`, which turns the options into keyword
 arguments of library functions. This module holds what they share: the parser (tx.cli.options:
 hyphenated options with underscore aliases, defaults in --help, one-line usage errors), the
@@ -22,16 +22,15 @@ import textwrap
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # before TensorFlow is imported anywhere
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
 
-import tx
 from tx import storage, workdir
-from tx.cli import COMMANDS, options
+from tx.cli import COMMANDS, MODULE_NAMES, options
 from tx.cli.options import UsageError
-from tx.config import ConfigError, load_config, split_config_args
+from tx.config import ConfigError, configs_dir, load_config, split_config_args
 from tx.train.distributed import LaunchError, ProcessLost, exit_now, initialize, process_lost
 
 # name -> its module (tx.cli.COMMANDS names them). The modules import what they need when they
 # run: `info` and `--help` need not pay seconds for TensorFlow and Orbax.
-MODULES = {name: importlib.import_module(f"tx.cli.{name}") for name in COMMANDS}
+MODULES = {n: importlib.import_module(f"tx.cli.{MODULE_NAMES.get(n, n)}") for n in COMMANDS}
 GLOBAL = "global_"  # the dest prefix of options given before the command
 PROCESS_OPTIONS = ("coordinator_address", "num_processes", "process_id")
 
@@ -69,8 +68,6 @@ def parsers() -> tuple[argparse.ArgumentParser, dict[str, argparse.ArgumentParse
     for name, module in MODULES.items():
         subparsers[name] = commands.add_parser(name, description=module.__doc__)
         module.add_options(subparsers[name])
-        subparsers[name].alias_underscores()
-    p.alias_underscores()
     return p, subparsers
 
 
@@ -181,16 +178,6 @@ def _config(command, args: argparse.Namespace, path: str | None, overrides: list
 DEFAULT_CONFIG = "base"  # a command's config where it reads no run and none is given
 
 
-def configs_dir() -> str:
-    """tx's own configs: the installed package's tx/configs/, or in a source checkout the
-    repository's configs/ (pyproject.toml installs that directory as tx/configs: one copy)."""
-    package = os.path.dirname(os.path.abspath(tx.__file__))
-    installed = os.path.join(package, "configs")
-    return (
-        installed if os.path.isdir(installed) else os.path.join(os.path.dirname(package), "configs")
-    )
-
-
 def find_config(spec: str) -> str:
     """--config's value as a file, with its `:ARG`: a path that exists (or a bucket's), else
     one of tx's own configs by name: `base`, `base.py`, `table3.py:B1`, or `configs/base.py`
@@ -236,6 +223,7 @@ def _user_errors() -> tuple:
     from tx.infer.ct2 import EngineError
     from tx.infer.export import ExportError
     from tx.infer.translate import StaleAverage
+    from tx.paper.end_to_end import Stopped
     from tx.train.checkpoint import UnreadableCheckpoint
     from tx.train.monitor import Diverged
     from tx.train.runlock import WorkdirBusy
@@ -249,6 +237,7 @@ def _user_errors() -> tuple:
         MeshError,
         Diverged,
         StaleAverage,
+        Stopped,
         PictureError,
         UnreadableCheckpoint,
         storage.WriteFailed,

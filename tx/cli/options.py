@@ -4,62 +4,46 @@ takes.
 
 Options are spelled with hyphens (`--align-layer`); each also parses with underscores
 (`--align_layer`, the spelling of tx before, and of JAX's own flags), not shown in --help
-(`Parser.alias_underscores`). --help shows each option's default (`HelpFormatter`)."""
+(`Parser.parse_known_args`). --help shows each option's default (tx.compat.DefaultsInHelp)."""
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import re
+import sys
+
+from tx.compat import DefaultsInHelp
 
 
 class UsageError(ValueError):
     """Command-line options that do not make a command."""
 
 
-class HelpFormatter(argparse.RawDescriptionHelpFormatter):
-    """The commands' descriptions as written, and "(default: X)" after each option that has
-    one (not None, not False) and whose help does not already speak of its default."""
-
-    def _get_help_string(self, action: argparse.Action) -> str:
-        text = action.help or ""
-        if (
-            any(action.default is none for none in (None, False, argparse.SUPPRESS))  # not 0
-            or not action.option_strings
-            or "default" in text
-        ):
-            return text
-        return f"{text} (default: %(default)s)"
-
-
 class Parser(argparse.ArgumentParser):
     """argparse with tx's conventions: a usage error is one line (`UsageError`, which
-    tx.cli.main prints as `error: ...` with exit code 2), and underscore aliases."""
+    tx.cli.main prints as `error: ...` with exit code 2), and underscore spellings."""
 
     def __init__(self, *args, **kwargs):
-        super().__init__(*args, formatter_class=HelpFormatter, **kwargs)
+        super().__init__(*args, formatter_class=DefaultsInHelp, **kwargs)
 
     def error(self, message: str):
         raise UsageError(f"{self.prog}: {message}")
 
-    def alias_underscores(self) -> None:
-        """Every `--a-b` also parses as `--a_b`, bound to the same option and left out of
-        --help (argparse looks options up in `_option_string_actions`, shared with the
-        parser's argument groups)."""
-        for action in self._actions:
-            for name in action.option_strings:
-                alias = "--" + name[2:].replace("-", "_")
-                if name.startswith("--") and alias != name:
-                    self._option_string_actions.setdefault(alias, action)
+    def parse_known_args(self, args=None, namespace=None):
+        """Reads `--a_b` as `--a-b` (an abbreviation too: `--num_p`), up to a bare `--`;
+        what is left over is returned as it was written."""
+        given = list(sys.argv[1:] if args is None else args)
+        ends = given.index("--") if "--" in given else len(given)
+        spelled = [_hyphens(a) for a in given[:ends]] + given[ends:]
+        namespace, rest = super().parse_known_args(spelled, namespace)
+        written = dict(zip(spelled, given, strict=True))
+        return namespace, [written.get(a, a) for a in rest]
 
-    def _get_option_tuples(self, option_string: str):
-        # An abbreviation (`--num` for --num-processes) matches an option and its alias: the
-        # same option, not an ambiguous one.
-        found, seen = [], set()
-        for match in super()._get_option_tuples(option_string):
-            if id(match[0]) not in seen:
-                seen.add(id(match[0]))
-                found.append(match)
-        return found
+
+def _hyphens(arg: str) -> str:
+    name, eq, value = arg.partition("=")
+    return name.replace("_", "-") + eq + value if re.fullmatch(r"--\w+_\w+", name) else arg
 
 
 def config(p: argparse.ArgumentParser, what: str = "model, data, training, search") -> None:
@@ -99,14 +83,17 @@ def take_over_lock(p: argparse.ArgumentParser) -> None:
     )
 
 
-def step_or_best(text: str) -> int | str:
-    """A --checkpoint value: a step, or "best" (the best dev score: tx.train.best)."""
-    if text == "best":
-        return text
+def selector(text: str) -> str:
+    """A --checkpoint value, checked here (tx.workdir.which) and read with its run
+    (tx.workdir.Selection): a step, "best" (the best dev score: tx.train.best) or
+    averaged/STEP."""
+    from tx.workdir import which
+
     try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"a step number or 'best', not {text!r}") from None
+        which(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text
 
 
 def positive_int(text: str) -> int:
@@ -117,24 +104,24 @@ def positive_int(text: str) -> int:
 
 
 def checkpoint(p: argparse.ArgumentParser, many: bool = False) -> None:
-    """`--checkpoint STEP` (dest `checkpoint`), or with `many` several (dest `checkpoints`);
-    STEP may be `best`."""
+    """`--checkpoint WHICH` (dest `checkpoint`), or with `many` several (dest `checkpoints`):
+    which of the run's parameters (`selector`)."""
     help = (
-        "this training step's checkpoint, or 'best' by dev score (default: the averaged one, "
-        "else the latest)"
+        "STEP (that training step's checkpoint), best (by dev score) or averaged/STEP "
+        "(default: the newest average, else the latest checkpoint)"
     )
     if many:
         p.add_argument(
             "--checkpoint",
             dest="checkpoints",
-            type=step_or_best,
+            type=selector,
             nargs="+",
             action="extend",
-            metavar="STEP",
+            metavar="WHICH",
             help=help + "; several: an ensemble of them",
         )
     else:
-        p.add_argument("--checkpoint", type=step_or_best, metavar="STEP", help=help)
+        p.add_argument("--checkpoint", type=selector, metavar="WHICH", help=help)
 
 
 def search(p: argparse.ArgumentParser) -> None:

@@ -1,6 +1,6 @@
-"""`python -m tx road NAME [--results DIR]`: one experiment of the seed documents on the road
-to the Transformer (tx.paper.road): digits, gradients, table1 or length; writes
-DIR/road_NAME.md and .png and prints the table."""
+"""`python -m tx road NAME [--results DIR]`: one experiment on the road to the Transformer that
+the seed describes ("The Road to the Transformer": docs/road.md, tx.paper.road): digits,
+gradients, table1 or length; writes DIR/road_NAME.md and .png and prints the table."""
 
 from __future__ import annotations
 

@@ -115,8 +115,8 @@ def step_rows(
     """Real (non-empty) rows per batch for each padded length: the real-token budget, on
     average, independent of the devices (batches are then padded: `BatchSpec.padded`).
 
-    A pure function of the lengths (and the seed, for packing), so every process and every
-    resume computes the same shapes.
+    A pure function of the lengths (and `spec.seed`, data.shuffle_seed, for packing), so every
+    process and every resume computes the same shapes.
     """
     mean_side = (src_len[keep] + tgt_len[keep]) / 2.0  # real tokens per pair and side
     if spec.pack:  # the mean fill of a packed row, measured on a sample of the data

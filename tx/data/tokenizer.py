@@ -1,6 +1,7 @@
-"""A run's vocabulary: one SentencePiece model shared by source and target (section 5.1), or,
-for a model imported from Hugging Face (Marian, OPUS-MT: tx.infer.huggingface_io), two
-SentencePiece models mapped through one vocabulary.
+"""The tokenizers of a run's vocabulary (tx.data.vocabulary owns a run's files): one
+SentencePiece model shared by source and target (section 5.1), or, for a model imported from
+Hugging Face (Marian, OPUS-MT: tx.infer.huggingface_io), two SentencePiece models mapped
+through one vocabulary.
 
     Tokenizer         spm.model: tx's own. Every vocabulary tx trains reserves the ids of
                       tx.tokens (pad, EOS, unk, BOS); a model given with `data.vocab_path` is
@@ -29,7 +30,6 @@ import numpy as np
 import sentencepiece as spm
 
 from tx import storage
-from tx import workdir as wd
 from tx.tokens import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
 
@@ -334,69 +334,3 @@ def _reservoir_sample(sentences: Iterable[str], k: int, seed: int) -> list[str]:
             if j < k:
                 out[j] = s
     return out
-
-
-def check_vocabulary(workdir: str, tokenizer) -> None:
-    """The vocabulary a workdir's checkpoints were trained with must be the one loaded now;
-    the first run records it."""
-    path = wd.vocab_hash_file(workdir)
-    if storage.exists(path):
-        saved = storage.read_text(path).strip()
-        if saved != tokenizer.fingerprint:
-            raise VocabularyError(
-                f"{tokenizer.path} (sha256 {tokenizer.fingerprint[:12]}) is not the vocabulary "
-                f"the checkpoints in {workdir} were trained with (sha256 {saved[:12]})"
-            )
-    elif wd.is_main():
-        storage.write_text(path, tokenizer.fingerprint + "\n")
-
-
-def check_source_vocabulary(tokenizer, model, workdir: str):
-    """`tokenizer` if the model's source embedding fits it: model.source_vocab_size is the
-    source vocabulary's size where the run has two (target_vocab.json), else 0; else
-    VocabularyError naming the key."""
-    have = getattr(tokenizer, "source_vocab_size", 0)
-    want = model.get("source_vocab_size", 0) if hasattr(model, "get") else model.source_vocab_size
-    if have != want:
-        what = f"a source vocabulary of {have} pieces" if have else "one vocabulary"
-        raise VocabularyError(
-            f"{workdir} has {what} but model.source_vocab_size={want}; set "
-            f"model.source_vocab_size={have}"
-        )
-    return tokenizer
-
-
-def run_tokenizer(workdir: str) -> Tokenizer | MappedTokenizer:
-    """The vocabulary of a trained run, checked against the sha256 the run recorded: its
-    `spm.model`, or (an imported Marian model, or a run fine-tuned from one) source.spm,
-    target.spm and vocab.json when it has vocab.json. The checkpoints only make sense with
-    that exact vocabulary, so a damaged or replaced one is refused, naming the file (it cannot
-    be rebuilt)."""
-    recorded = wd.vocab_hash_file(workdir)
-    if storage.exists(storage.join(workdir, VOCAB_JSON)):
-        tokenizer = MappedTokenizer(workdir)
-        if storage.exists(recorded):
-            want = storage.read_text(recorded).strip()
-            if tokenizer.fingerprint != want:
-                raise VocabularyError(
-                    f"{workdir}'s vocabulary ({', '.join(MAPPED_FILES)}) is damaged or "
-                    f"replaced: its sha256 {tokenizer.fingerprint[:12]} is not the {want[:12]} "
-                    f"this run recorded in {recorded}. The checkpoints need that exact "
-                    "vocabulary: restore the files from a copy (the model directory it was "
-                    "imported from, or an export of this run)"
-                )
-        return tokenizer
-    path = wd.vocab_file(workdir)
-    if not storage.exists(path):
-        raise VocabularyError(f"{path} is missing: the run's vocabulary cannot be rebuilt")
-    if storage.exists(recorded):
-        want = storage.read_text(recorded).strip()
-        have = storage.sha256(path)
-        if have != want:
-            raise VocabularyError(
-                f"{path} is damaged or replaced: its sha256 {have[:12]} is not the {want[:12]} "
-                f"this run recorded in {recorded}. The checkpoints need that exact vocabulary: "
-                "restore the file from a copy (an export of this run holds it), or train anew "
-                "in another --workdir"
-            )
-    return Tokenizer(path)

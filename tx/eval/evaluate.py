@@ -1,5 +1,7 @@
 """Evaluating a run: translate a split, write the hypotheses, score them (tx.eval.metrics).
 
+evaluate(cfg, split=..., references=..., ...) -> `python -m tx evaluate`'s three modes: a
+  run's split, any files translated, or translations given; `summary` words the result
 evaluate_split(cfg, workdir, "test") -> scores, hypotheses file, checkpoint used
 evaluate_files(cfg, refs, sources=F, loaded=...) or (cfg, refs, hypotheses=F) -> the same
   for any files: translated by the model, or translations given
@@ -8,20 +10,121 @@ dev_bleu_hook(cfg, workdir) -> callable(params) for BLEU during training
 
 from __future__ import annotations
 
+import os
+
 import ml_collections
 
 from tx import storage
 from tx import workdir as wd
-from tx.config import model_config
+from tx.config import ConfigError, model_config
 from tx.data import trees as parsing
 from tx.data.dataset import split_text
 from tx.data.sources import DataError, gold_trees, read_lines
-from tx.data.tokenizer import run_tokenizer
+from tx.data.vocabulary import run_tokenizer
 from tx.eval import evalb
 from tx.eval.metrics import bleu_by_length, sacrebleu_scores, score_all, tokenized_bleu
+from tx.infer.engines import load_engine, with_search
 from tx.infer.translate import LoadedModel, load_model, translate
 from tx.model.families import build_model
 from tx.train import runcard, sharding
+
+
+def evaluate(
+    cfg: ml_collections.ConfigDict,
+    *,
+    split: str | None = None,
+    references: str | None = None,
+    sources: str | None = None,
+    hypotheses: str | None = None,
+    output: str | None = None,
+    bootstrap: int = 0,
+    by_length: int | None = None,
+    search: dict | None = None,
+    **engine,
+) -> tuple[str, str | None, dict]:
+    """`python -m tx evaluate`: the run's `split` (default test) translated and scored, or any
+    files: `sources` translated and scored against `references`, or `hypotheses` scored
+    without a model. `search`: tx.infer.engines.with_search's settings; `engine`: load_engine's
+    keyword arguments (a run and its --checkpoint, or an export); `by_length`: a bucket width
+    in source words (None: no buckets). Returns (label, where, result): the name the scores
+    go under (the split, or the reference file's name), the directory outputs go to by default
+    (the run, or the export), and evaluate_split's or evaluate_files's result."""
+    label = _check(split, references, sources, hypotheses, output, by_length)
+    cfg = with_search(cfg, **(search or {}))
+    own = engine.get("engine", "jax") == "jax"
+    # An export is scored into its own directory; the run card is the training run's.
+    where = (engine.get("workdirs") or [None])[0] if own else engine.get("model")
+    loaded = None if hypotheses else load_engine(cfg, **engine)
+    if references:
+        default = f"{os.path.basename(sources or '')}.hyp.{cfg.data.tgt_lang}"
+        result = evaluate_files(
+            cfg,
+            references,
+            sources=sources,
+            hypotheses=hypotheses,
+            loaded=loaded,
+            output=output or (None if hypotheses else storage.join(where, default)),
+            bootstrap=bootstrap,
+            by_length=by_length or 0,
+        )
+    else:
+        result = evaluate_split(
+            cfg,
+            where,
+            label,
+            loaded,
+            bootstrap=bootstrap,
+            output=output,
+            by_length=by_length or 0,
+            record=own,
+        )
+    if loaded is not None and not own:
+        result["engine"] = engine["engine"]
+    return label, where, result
+
+
+def _check(split, references, sources, hypotheses, output, by_length) -> str:
+    """The options that make one evaluation; the name its scores go under (the split, or the
+    reference file's name)."""
+    if by_length is not None and by_length <= 0:
+        raise ConfigError(f"--bucket-width must be positive, got {by_length}")
+    if not (sources or references or hypotheses):
+        return split or "test"
+    if split:
+        raise ConfigError("--split evaluates the run's split; --src, --ref and --hyp name files")
+    if not references or not (sources or hypotheses):
+        raise ConfigError("evaluate needs --ref FILE with --src FILE (translated) or --hyp FILE")
+    if hypotheses and output:
+        raise ConfigError("--output writes translations; --hyp gives them")
+    if by_length is not None and not sources:
+        raise ConfigError("--by-length needs --src FILE (the source sentences' lengths)")
+    return os.path.basename(references)
+
+
+def summary(result: dict, label: str) -> list[str]:
+    """`evaluate`'s result as the lines a person reads, each starting with `label`."""
+    if "f1" in result:
+        return [
+            f"{label}: bracketing F1 {result['f1']:.2f} (precision {result['precision']:.2f}"
+            f", recall {result['recall']:.2f}; {result['f1_recipe']}); "
+            f"{result['scored_sentences']} of {result['num_sentences']} sentences scored; "
+            f"parses in {result['hypotheses_file']}"
+        ]
+    lines = [
+        f"{label}: sacreBLEU {result['bleu']:.2f} ({result['bleu_signature']})",
+        f"{label}: tokenized BLEU {result['tok_bleu']:.2f} "
+        f"(paper style: {result['tok_bleu_recipe']})",
+        f"{label}: chrF {result['chrf']:.2f}; {result['num_sentences']} sentences, "
+        f"{result.get('repetition_loops', 0)} with a repetition loop; "
+        f"hypotheses in {result['hypotheses_file']}",
+    ]
+    lines += [
+        f"{label}: {b['bucket']:>7} words: sacreBLEU {b['bleu']:6.2f} ({b['sentences']} sentences)"
+        for b in result.get("by_length", [])
+    ]
+    if "by_length_png" in result:
+        lines.append(f"wrote {result['by_length_png']}")
+    return lines
 
 
 def evaluate_split(

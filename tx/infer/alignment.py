@@ -22,13 +22,9 @@ from tx.tokens import EOS_ID, PAD_ID
 
 WORD_START = "\u2581"  # SentencePiece's "▁"
 
-# The last decoder layer, as measured on the demo (benchmarks/alignment.py, results in
-# benchmarks/results/alignment.json): force-decoding the 500 test references, layer 2 of 3
-# links 91.5% of the German words that the demo lexicon can judge to a right English word,
-# layer 1 47.5%, layer 0 12.4%, and "target word j -> source word j S/T" 54.8%. Reading row
-# t + 1 (the position that has target piece t as input) instead of row t scores 11-16%.
-# Deeper models often align best one layer lower (Garg et al. 2019 take the 5th of 6):
-# measure with the benchmark and pass --align_layer.
+# The last decoder layer: the one that aligns best on the demo, read at row t (the position
+# that predicts target piece t); deeper models may align best lower, so measure with
+# benchmarks/alignment.py ([figures](docs/pictures.md#word-alignments)).
 DEFAULT_LAYER = -1
 
 

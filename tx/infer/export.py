@@ -42,6 +42,8 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
+from typing import NamedTuple
 
 import ml_collections
 import numpy as np
@@ -52,7 +54,6 @@ from tx.model.layers import sinusoidal_encoding
 from tx.model.transformer_config import TABLES, ModelConfig
 from tx.tokens import BOS_ID, EOS_ID, PAD_ID, UNK_ID
 
-FORMATS = ("ctranslate2", "huggingface")
 QUANTIZATIONS = ("float32", "int8", "int16", "float16")
 # Positions the sinusoidal table covers when model.max_len is smaller (sines have no table in
 # tx; CTranslate2 needs one). Input tokens and input + max_extra_len output tokens must fit.
@@ -86,48 +87,18 @@ def export(
         raise ExportError(f"--format {fmt!r}: supported formats are {', '.join(FORMATS)}")
     if quantization not in QUANTIZATIONS:
         raise ExportError(f"--quantization {quantization!r}: one of {', '.join(QUANTIZATIONS)}")
+    writer = _WRITERS[fmt]
     mc = model_config(cfg)
-    if fmt == "huggingface":
-        from tx.infer import huggingface
-
-        if quantization != "float32":
-            raise ExportError(
-                f"--quantization {quantization}: the Hugging Face export is float32 "
-                "(CTranslate2 quantizes: --format ctranslate2)"
-            )
-        huggingface.check_exportable(mc)
-    else:
-        check_exportable(mc)
+    writer.check(mc, quantization)
     _check_destination(out)
-    from tx.data.tokenizer import Tokenizer, run_tokenizer
+    from tx.data.vocabulary import run_tokenizer
     from tx.infer.translate import load_model
 
     tokenizer = run_tokenizer(workdir)
-    if fmt == "ctranslate2" and not isinstance(tokenizer, Tokenizer):
-        raise ExportError(
-            f"{workdir}'s vocabulary is two SentencePiece models (an imported Marian model's): "
-            "export with --format huggingface and convert that with ct2-transformers-converter"
-        )
+    writer.check_tokenizer(tokenizer, workdir)
     loaded = load_model(cfg, workdir, checkpoint_step)
     params = _to_numpy(loaded.params)
-    if fmt == "huggingface":
-        from tx.infer import huggingface_io
-
-        positions = huggingface_io.max_positions(cfg, workdir)
-
-        def write(tmp: str) -> None:
-            huggingface_io.write_export(tmp, cfg, mc, params, tokenizer, workdir)
-
-    else:
-        spec = transformer_spec(mc, params, vocabulary(tokenizer.sp, mc.vocab_size))
-        positions = int(spec.encoder.position_encodings.encodings.shape[0])
-
-        def write(tmp: str) -> None:
-            spec.optimize(quantization=None if quantization == "float32" else quantization)
-            spec.save(tmp)
-            with open(os.path.join(tmp, VOCAB_FILE), "wb") as f:  # the run's may be an object
-                f.write(tokenizer.model_bytes)
-
+    positions, write = writer.prepare(cfg, mc, params, tokenizer, workdir, quantization)
     record = {
         "format": fmt,
         "quantization": quantization,
@@ -138,6 +109,70 @@ def export(
     }
     _write_atomic(out, write, cfg, record)
     return {"out": out, **record}
+
+
+class _Writer(NamedTuple):
+    """One --format, in the order `export` asks it."""
+
+    check: Callable[[ModelConfig, str], None]  # (model, quantization): what it cannot write
+    # (cfg, mc, params, tokenizer, workdir, quantization) -> (position rows, write(directory))
+    prepare: Callable[..., tuple[int, Callable[[str], None]]]
+    check_tokenizer: Callable[[object, str], None] = lambda tokenizer, workdir: None
+
+
+def _ctranslate2_check(mc: ModelConfig, quantization: str) -> None:
+    check_exportable(mc)  # every quantization is CTranslate2's
+
+
+def _ctranslate2_tokenizer(tokenizer, workdir: str) -> None:
+    from tx.data.tokenizer import Tokenizer
+
+    if not isinstance(tokenizer, Tokenizer):
+        raise ExportError(
+            f"{workdir}'s vocabulary is two SentencePiece models (an imported Marian model's): "
+            "export with --format huggingface and convert that with ct2-transformers-converter"
+        )
+
+
+def _ctranslate2_prepare(cfg, mc, params, tokenizer, workdir, quantization):
+    """CTranslate2's model.bin, config.json and shared_vocabulary.json, and spm.model."""
+    spec = transformer_spec(mc, params, pieces_in_id_order(tokenizer.sp, mc.vocab_size))
+
+    def write(tmp: str) -> None:
+        spec.optimize(quantization=None if quantization == "float32" else quantization)
+        spec.save(tmp)
+        with open(os.path.join(tmp, VOCAB_FILE), "wb") as f:  # the run's may be an object
+            f.write(tokenizer.model_bytes)
+
+    return int(spec.encoder.position_encodings.encodings.shape[0]), write
+
+
+def _huggingface_check(mc: ModelConfig, quantization: str) -> None:
+    from tx.infer import huggingface
+
+    if quantization != "float32":
+        raise ExportError(
+            f"--quantization {quantization}: the Hugging Face export is float32 "
+            "(CTranslate2 quantizes: --format ctranslate2)"
+        )
+    huggingface.check_exportable(mc)
+
+
+def _huggingface_prepare(cfg, mc, params, tokenizer, workdir, quantization):
+    """The MarianMTModel directory (tx.infer.huggingface_io.write_export)."""
+    from tx.infer import huggingface_io
+
+    def write(tmp: str) -> None:
+        huggingface_io.write_export(tmp, cfg, mc, params, tokenizer, workdir)
+
+    return huggingface_io.max_positions(cfg, workdir), write
+
+
+_WRITERS = {
+    "ctranslate2": _Writer(_ctranslate2_check, _ctranslate2_prepare, _ctranslate2_tokenizer),
+    "huggingface": _Writer(_huggingface_check, _huggingface_prepare),
+}
+FORMATS = tuple(_WRITERS)
 
 
 # Model options (tx.model.transformer_config) tx's CTranslate2 export does not write, at the
@@ -169,7 +204,7 @@ def check_exportable(mc: ModelConfig) -> None:
         )
 
 
-def vocabulary(sp, vocab_size: int) -> list[str]:
+def pieces_in_id_order(sp, vocab_size: int) -> list[str]:
     """SentencePiece pieces in id order: CTranslate2's token ids are then tx's ids."""
     pieces = [sp.id_to_piece(i) for i in range(sp.get_piece_size())]
     if len(pieces) != vocab_size:

@@ -58,15 +58,15 @@ import numpy as np
 
 from tx.config import ConfigError
 from tx.data import tokenizer as tokenizers
-from tx.model.layers import padded_rows, sinusoidal_encoding
+from tx.model.layers import ACTIVATIONS, padded_rows, sinusoidal_encoding
 from tx.model.transformer_config import ModelConfig
 from tx.tokens import BOS_ID, EOS_ID, PAD_ID
 
 NEVER_LOGIT = -1.0e4  # as tx.infer.export's: PAD and BOS get probability 0
 MARIAN_LAYER_NORM_EPSILON = 1e-5  # torch.nn.LayerNorm's default, which Marian keeps
 MIN_POSITIONS = 1024  # rows of the position tables written (Marian's default is 512)
-ACTIVATIONS = {"relu": "relu", "swish": "swish", "gelu": "gelu"}  # tx -> transformers' ACT2FN
-# transformers' names of the activations tx has -> tx's
+# transformers' ACT2FN names of the activations tx has (tx.model.layers.ACTIVATIONS) -> tx's;
+# tx's own names are ACT2FN's too, so an export writes model.activation as it is
 FROM_ACTIVATIONS = {"relu": "relu", "swish": "swish", "silu": "swish", "gelu": "gelu"}
 
 
@@ -149,7 +149,7 @@ def marian_config(
         "decoder_attention_heads": mc.num_heads,
         "encoder_ffn_dim": mc.d_ff,
         "decoder_ffn_dim": mc.d_ff,
-        "activation_function": ACTIVATIONS[mc.activation],
+        "activation_function": mc.activation,
         "max_position_embeddings": max_positions,
         "scale_embedding": True,
         "share_encoder_decoder_embeddings": not mc.source_vocab_size,

@@ -11,7 +11,7 @@ The export (DIR, written whole by tx.infer.export) holds what `MarianMTModel.fro
   model.safetensors        the state dict (huggingface.to_marian), position tables included
                            (`max_positions` rows) so that tx's exact sinusoids, and the folded
                            start token, are what transformers adds
-  generation_config.json   the run's search as `generate` reads it (below)
+  generation_config.json   the run's search as `generate` reads it (`generation_config`)
   source.spm, target.spm, vocab.json, tokenizer_config.json, special_tokens_map.json
                            (target_vocab.json: separate vocabularies, imported)
                            a tx run: its spm.model as both models, vocab.json its pieces at
@@ -19,30 +19,9 @@ The export (DIR, written whole by tx.infer.export) holds what `MarianMTModel.fro
                            files and ids, and its original max_position_embeddings
   tx_config.json, tx_export.json   tx's provenance (tx.infer.export)
 
-The search in generation_config.json. tx's beam search (tx.infer.search) ranks finished
-hypotheses by log P(Y) / ((5 + |Y|) / 6)^alpha (GNMT's penalty, decode.alpha); transformers' by
-log P(Y) / |Y|^length_penalty; |Y| counts EOS on both sides. Both take EOS only among the k best
-candidates of a step, keep k finished hypotheses and stop once no live one can beat them, so at
-alpha = 0 = length_penalty 0 (log-probability alone) they are the same search, and beam 1 is
-greedy on both. For alpha > 0 no length_penalty gives tx's order: the export writes
-length_penalty = alpha (the same exponent on |Y| instead of (5 + |Y|) / 6; both favour longer
-outputs, transformers' more for short ones). Where the two still differ
-(tests/test_huggingface_io.py):
-  the length limit   tx's, the input's length + decode.max_extra_len per sentence, has no
-                     counterpart in `generate`: max_length is the longest training input's
-                     (data.max_len + decode.max_extra_len + 1, the decoder's start token
-                     included); max_new_tokens = a sentence's limit + 1 gives its own
-  EOS at the limit   both force it, but tx scores it with its log-probability and transformers
-                     (ForcedEOSTokenLogitsProcessor) with 0: hypotheses that reach the limit
-                     score higher there, so n-best lists may order them otherwise and, where
-                     one competes with a hypothesis that ended, the best may differ
-  <pad> (imported)   transformers 5's beam search takes its log-softmax over every row and bans
-                     <pad> (bad_words_ids) after it, so an imported model's <pad> logit (its
-                     zero row's: final_logits_bias's) takes a share of each step's probability
-                     there; tx, Marian and CTranslate2 have no <pad> to emit and normalise
-                     without it. transformers' scores are lower by a share that changes with
-                     the context, so its beam may rank hypotheses otherwise; greedy choices
-                     are the same. A tx run's export has -1e4 on <pad> and <s> (no share)
+generation_config.json carries the run's search as far as `generate` can follow it: how the
+length penalties map and where the two searches still differ, in
+[deploy](docs/deploy.md#the-same-search-in-transformers-generate).
 
 The import (W, a new run) holds:
   config.json              tx's defaults with the model (huggingface.model_section), the
@@ -80,6 +59,7 @@ from tx import storage
 from tx import workdir as wd
 from tx.config import ConfigError, defaults, model_config, validate
 from tx.data import tokenizer as tokenizers
+from tx.data import vocabulary
 from tx.infer import huggingface as hf
 from tx.model.transformer_config import TABLES
 from tx.tokens import EOS_ID, PAD_ID, UNK_ID
@@ -115,58 +95,11 @@ def write_export(directory: str, cfg, mc, params: dict, tokenizer, workdir: str)
     tx parameters (numpy, float32) and the run's tokenizer."""
     from safetensors.numpy import save_file
 
-    if tokenizer.vocab_size != mc.vocab_size:
-        raise hf.HuggingFaceError(
-            f"the vocabulary has {tokenizer.vocab_size} pieces but model.vocab_size={mc.vocab_size}"
-        )
-    source_order = None
-    if isinstance(tokenizer, tokenizers.MappedTokenizer):  # imported: its own files and ids
-        order, files = tokenizer.order, dict(tokenizer.files)
-        source_order = tokenizer.source_order if tokenizer.source_vocab_size else None
-        if tokenizer.source_vocab_size != mc.source_vocab_size:
-            raise hf.HuggingFaceError(
-                f"the source vocabulary has {tokenizer.source_vocab_size} pieces but "
-                f"model.source_vocab_size={mc.source_vocab_size}"
-            )
-    else:
-        order = hf.export_order(mc.vocab_size)
-        files = {
-            name: tokenizer.model_bytes for name in (tokenizers.SOURCE_SPM, tokenizers.TARGET_SPM)
-        }
-        files[tokenizers.VOCAB_JSON] = _json(_vocab_json(tokenizer, order))
+    order, source_order, files = _vocabulary_files(mc, tokenizer)
     positions = max_positions(cfg, workdir)
     marian = hf.marian_config(mc, positions, order, source_order)
-    original = _original(workdir, "config.json") or {}
-    config = {**original, **marian, "dtype": "float32"}
-    for key in KEPT:  # what tx's model does not decide, as an imported model had it
-        if key in original:
-            config[key] = original[key]
-    files["config.json"] = _json(config)
-    length = min(positions, cfg.data.max_len + cfg.decode.max_extra_len + 1)
-    original = _original(workdir, "generation_config.json") or {}
-    length = int(original.get("max_length") or length)  # an imported run's, as it came
-    generation = generation_config(
-        cfg.decode, marian["pad_token_id"], marian["eos_token_id"], length
-    )
-    files["generation_config.json"] = _json(generation)
-    special = {
-        "eos_token": tokenizer.piece(EOS_ID),
-        "unk_token": tokenizer.piece(UNK_ID),
-        "pad_token": tokenizer.piece(PAD_ID),
-    }
-    made = {
-        "tokenizer_config.json": {
-            "tokenizer_class": "MarianTokenizer",
-            "source_lang": cfg.data.src_lang,
-            "target_lang": cfg.data.tgt_lang,
-            "separate_vocabs": bool(mc.source_vocab_size),
-            "model_max_length": positions,
-            **special,
-        },
-        "special_tokens_map.json": special,
-    }
-    for name, made_here in made.items():
-        files[name] = _json(_original(workdir, name) or made_here)
+    files |= _model_files(cfg, marian, positions, workdir)
+    files |= _tokenizer_files(cfg, tokenizer, bool(mc.source_vocab_size), positions, workdir)
     for name, data in files.items():
         with open(os.path.join(directory, name), "wb") as f:
             f.write(data)
@@ -177,6 +110,66 @@ def write_export(directory: str, cfg, mc, params: dict, tokenizer, workdir: str)
     path = os.path.join(directory, WEIGHTS)
     save_file(state, path, metadata={"format": "pt"})
     os.chmod(path, os.stat(os.path.join(directory, "config.json")).st_mode)  # not 0600
+
+
+def _vocabulary_files(mc, tokenizer) -> tuple[np.ndarray, np.ndarray | None, dict[str, bytes]]:
+    """(Marian's id of each tx id, the same for the source vocabulary if separate, the
+    vocabulary's files): an imported run's own files and ids, else the run's spm.model as both
+    models and vocab.json its pieces at Marian's ids."""
+    if tokenizer.vocab_size != mc.vocab_size:
+        raise hf.HuggingFaceError(
+            f"the vocabulary has {tokenizer.vocab_size} pieces but model.vocab_size={mc.vocab_size}"
+        )
+    if isinstance(tokenizer, tokenizers.MappedTokenizer):  # imported: its own files and ids
+        source_order = tokenizer.source_order if tokenizer.source_vocab_size else None
+        if tokenizer.source_vocab_size != mc.source_vocab_size:
+            raise hf.HuggingFaceError(
+                f"the source vocabulary has {tokenizer.source_vocab_size} pieces but "
+                f"model.source_vocab_size={mc.source_vocab_size}"
+            )
+        return tokenizer.order, source_order, dict(tokenizer.files)
+    order = hf.export_order(mc.vocab_size)
+    files = {name: tokenizer.model_bytes for name in (tokenizers.SOURCE_SPM, tokenizers.TARGET_SPM)}
+    files[tokenizers.VOCAB_JSON] = _json(_vocab_json(tokenizer, order))
+    return order, None, files
+
+
+def _model_files(cfg, marian: dict, positions: int, workdir: str) -> dict[str, bytes]:
+    """config.json (MarianConfig `marian` over an imported run's own) and
+    generation_config.json."""
+    original = _original(workdir, "config.json") or {}
+    config = {**original, **marian, "dtype": "float32"}
+    for key in KEPT:  # what tx's model does not decide, as an imported model had it
+        if key in original:
+            config[key] = original[key]
+    length = min(positions, cfg.data.max_len + cfg.decode.max_extra_len + 1)
+    original = _original(workdir, "generation_config.json") or {}
+    length = int(original.get("max_length") or length)  # an imported run's, as it came
+    generation = generation_config(
+        cfg.decode, marian["pad_token_id"], marian["eos_token_id"], length
+    )
+    return {"config.json": _json(config), "generation_config.json": _json(generation)}
+
+
+def _tokenizer_files(cfg, tokenizer, separate: bool, positions: int, workdir: str) -> dict:
+    """tokenizer_config.json and special_tokens_map.json: an imported run's own, else made."""
+    special = {
+        "eos_token": tokenizer.piece(EOS_ID),
+        "unk_token": tokenizer.piece(UNK_ID),
+        "pad_token": tokenizer.piece(PAD_ID),
+    }
+    made = {
+        "tokenizer_config.json": {
+            "tokenizer_class": "MarianTokenizer",
+            "source_lang": cfg.data.src_lang,
+            "target_lang": cfg.data.tgt_lang,
+            "separate_vocabs": separate,
+            "model_max_length": positions,
+            **special,
+        },
+        "special_tokens_map.json": special,
+    }
+    return {name: _json(_original(workdir, name) or here) for name, here in made.items()}
 
 
 def generation_config(decode: ml_collections.ConfigDict, pad: int, eos: int, length: int) -> dict:
@@ -351,9 +344,7 @@ def _write_run(source, workdir, cfg, tokenizer, params, originals) -> dict:
     )
     storage.makedirs(workdir)
     with runlock.hold(workdir):
-        for name, data in tokenizer.files.items():
-            storage.write_bytes(storage.join(workdir, name), data)
-        storage.write_text(wd.vocab_hash_file(workdir), tokenizer.fingerprint + "\n")
+        vocabulary.install(workdir, tokenizer)
         for name, tree in originals.items():
             if tree is not None:
                 storage.write_bytes(storage.join(workdir, ORIGINAL_DIR, name), _json(tree))

@@ -25,7 +25,8 @@ from tx import storage
 from tx import workdir as wd
 from tx.config import ConfigError, load_config, model_config
 from tx.data.pipeline import eval_batches
-from tx.data.tokenizer import Tokenizer, check_source_vocabulary, run_tokenizer
+from tx.data.tokenizer import Tokenizer
+from tx.data.vocabulary import check_source_vocabulary, run_tokenizer
 from tx.infer.decoders import decoder, ensemble_decoder
 from tx.infer.safeguards import max_output_length
 from tx.infer.search import Strategy
@@ -35,10 +36,6 @@ from tx.model.transformer_config import TABLES
 from tx.tokens import EOS_ID, PAD_ID
 from tx.train import best, checkpoint, sharding
 from tx.train.averaging import averaged_meta, averaged_steps, restore_averaged
-
-
-class CheckpointNotFound(FileNotFoundError):
-    pass
 
 
 class StaleAverage(ValueError):
@@ -62,80 +59,94 @@ class LoadedModel:
 
 
 def load_model(
-    cfg: ml_collections.ConfigDict,
-    workdir: str,
-    checkpoint_step: int | str | None = None,
-    averaged: bool | None = None,
-    averaged_step: int | None = None,
+    cfg: ml_collections.ConfigDict, run: str | wd.Selection, checkpoint: int | str | None = None
 ) -> LoadedModel:
-    """Parameters of `workdir`: the newest averaged checkpoint if there is one (unless
-    `averaged=False`), else the latest training checkpoint, or `checkpoint_step` if given
-    ("best": the one with the best train.best_metric, tx.train.best), or the averaged
-    checkpoint W/averaged/`averaged_step`.
-    Only parameters are read: no optimizer is built.
+    """The parameters `run` selects: a tx.workdir.Selection, or its text with `checkpoint` (a
+    step, "best" by train.best_metric (tx.train.best), "averaged/STEP"); by default the run's
+    newest average, else its latest training checkpoint. Only parameters are read: no
+    optimizer is built.
 
-    An averaged model that training has moved past is refused (StaleAverage), not silently
-    used or rewritten: translating must not write into a run that may still be training. One
-    named by `averaged_step` is used as it is.
+    A newest average that training has moved past is refused (StaleAverage), not silently
+    used or rewritten: translating must not write into a run that may still be training. An
+    average named by its step is used as it is.
     """
+    selection = run if isinstance(run, wd.Selection) else wd.Selection.parse(run, checkpoint)
+    workdir = selection.run
     tokenizer = check_source_vocabulary(run_tokenizer(workdir), cfg.model, workdir)
     mc = model_config(cfg)
     layout = sharding.layout(cfg.mesh)
     target = layout.placed(abstract_params(mc))  # no optimizer built, no memory allocated
-    avg_steps = averaged_steps(workdir)
-    if averaged_step is not None and averaged_step not in avg_steps:
-        raise CheckpointNotFound(
-            f"no averaged checkpoint {averaged_step} in {wd.averaged_dir(workdir)} "
-            f"(available: {avg_steps})"
-        )
-    if averaged_step is not None or (
-        checkpoint_step is None and avg_steps and averaged is not False
-    ):
-        if averaged_step is None:
-            averaged_step = avg_steps[-1]
-            _check_fresh(cfg, workdir, averaged_step)
-        try:
-            params, meta = restore_averaged(workdir, averaged_step, target)
-        except checkpoint.UnreadableCheckpoint as e:
-            raise checkpoint.UnreadableCheckpoint(
-                f"{e}; average again with `python -m tx average --workdir {workdir}`, or choose "
-                "a training checkpoint with --checkpoint STEP"
-            ) from None
-        how = f"best by {meta['metric']}: " if meta.get("selection") == "best" else ""
-        source = f"averaged/{averaged_step} ({how}steps {meta['averaged_steps']})"
-        if "imported_from" in meta:  # tx.infer.huggingface_io: no training of its own
-            source = f"averaged/{averaged_step} (imported from {meta['imported_from']})"
+    chosen = _choose(cfg, selection)
+    if chosen.kind == wd.AVERAGE:
+        params, source = _read_average(workdir, chosen.step, target)
     else:
-        ckpt = checkpoint.Checkpointer(workdir, keep=None)
-        step = checkpoint_step if checkpoint_step is not None else ckpt.latest_step()
-        chosen = " (best by " + cfg.train.best_metric + ")" if step == "best" else ""
-        if step == "best":
-            step = _best_step(cfg, ckpt)
-        if step is None or step not in ckpt.all_steps():
-            raise CheckpointNotFound(
-                f"no checkpoint {'at step ' + str(step) if step is not None else ''} in "
-                f"{ckpt.directory} (available: {ckpt.all_steps()})"
-            )
-        try:  # never another checkpoint in its place: the user asked for this model
-            params = ckpt.restore_params(step, target)
-        except checkpoint.UnreadableCheckpoint as e:
-            others = [s for s in ckpt.all_steps() if s != step]
-            raise checkpoint.UnreadableCheckpoint(
-                f"{e}; choose another with --checkpoint STEP (available: {others})"
-            ) from None
-        finally:
-            ckpt.close()
-        source = f"checkpoints/{step}{chosen}"
+        params, source = _read_checkpoint(workdir, chosen.step, target)
+        if selection.step == "best":
+            source += f" (best by {cfg.train.best_metric})"
     logging.info("translating with %s", source)
     return LoadedModel(build_model(mc), params, tokenizer, source, layout)
 
 
-def _best_step(cfg: ml_collections.ConfigDict, ckpt: checkpoint.Checkpointer) -> int:
-    metric = cfg.train.best_metric
-    scores = ckpt.scores(metric)
-    if not scores:
+def _choose(cfg: ml_collections.ConfigDict, selection: wd.Selection) -> wd.Selection:
+    """`selection` with its kind and step (tx.workdir.Selection.resolve): "best" by the run's
+    dev scores; by default the newest average, unless training has moved past it
+    (StaleAverage), else the latest checkpoint."""
+    workdir = selection.run
+    if selection.step == "best":
+        selection = dataclasses.replace(selection, step=_best_step(cfg, workdir))
+    chosen = selection.resolve(lambda: averaged_steps(workdir), lambda: _steps(workdir))
+    if selection.kind is None and chosen.kind == wd.AVERAGE:
+        _check_fresh(cfg, workdir, chosen.step)
+    return chosen
+
+
+def _read_average(workdir: str, step: int, target) -> tuple[object, str]:
+    """(parameters, source) of the average of `step`."""
+    try:
+        params, meta = restore_averaged(workdir, step, target)
+    except checkpoint.UnreadableCheckpoint as e:
+        raise checkpoint.UnreadableCheckpoint(
+            f"{e}; average again with `python -m tx average --workdir {workdir}`, or choose "
+            "a training checkpoint with --checkpoint STEP"
+        ) from None
+    if "imported_from" in meta:  # tx.infer.huggingface_io: no training of its own
+        return params, f"averaged/{step} (imported from {meta['imported_from']})"
+    how = f"best by {meta['metric']}: " if meta.get("selection") == "best" else ""
+    return params, f"averaged/{step} ({how}steps {meta['averaged_steps']})"
+
+
+def _read_checkpoint(workdir: str, step: int, target) -> tuple[object, str]:
+    """(parameters, source) of the training checkpoint of `step`."""
+    ckpt = checkpoint.Checkpointer(workdir, keep=None)
+    try:  # never another checkpoint in its place: the user asked for this model
+        return ckpt.restore_params(step, target), f"checkpoints/{step}"
+    except checkpoint.UnreadableCheckpoint as e:
+        others = [s for s in ckpt.all_steps() if s != step]
+        raise checkpoint.UnreadableCheckpoint(
+            f"{e}; choose another with --checkpoint STEP (available: {others})"
+        ) from None
+    finally:
         ckpt.close()
-        raise CheckpointNotFound(
+
+
+def _steps(workdir: str) -> list[int]:
+    """The run's complete training checkpoints."""
+    ckpt = checkpoint.Checkpointer(workdir, keep=None)
+    try:
+        return ckpt.all_steps()
+    finally:
+        ckpt.close()
+
+
+def _best_step(cfg: ml_collections.ConfigDict, workdir: str) -> int:
+    metric = cfg.train.best_metric
+    ckpt = checkpoint.Checkpointer(workdir, keep=None)
+    try:
+        scores = ckpt.scores(metric)
+    finally:
+        ckpt.close()
+    if not scores:
+        raise wd.CheckpointNotFound(
             f"--checkpoint best: no checkpoint in {ckpt.directory} carries a {metric} score "
             "(train with train.keep_best > 0)"
         )
@@ -152,11 +163,9 @@ def _check_fresh(cfg: ml_collections.ConfigDict, workdir: str, averaged_step: in
     if meta.get("selection") == "best":
         _check_best_fresh(workdir, averaged_step, meta)
         return
-    ckpt = checkpoint.Checkpointer(workdir, keep=None)
     steps = checkpoint.averaging_steps(
-        ckpt.all_steps(), cfg.train.checkpoint_every_steps, cfg.train.num_steps
+        _steps(workdir), cfg.train.checkpoint_every_steps, cfg.train.num_steps
     )
-    ckpt.close()
     if steps and steps[-1] > averaged_step:
         raise StaleAverage(
             f"{storage.join(wd.averaged_dir(workdir), str(averaged_step))} is stale: training "
@@ -196,11 +205,12 @@ def ensemble(members: list[LoadedModel]) -> LoadedModel:
 
 
 def load_ensemble(
-    cfg: ml_collections.ConfigDict, workdirs: list[str], steps: list[int | None]
+    cfg: ml_collections.ConfigDict, workdirs: list[str], steps: list[int | str | None]
 ) -> LoadedModel:
-    """Workdir i's parameters at checkpoint steps[i] (None: averaged, else latest), as one
-    ensemble. `cfg` (the first run's) sets the search and the input limits: a member whose
-    learned position table is shorter than that limit is refused, not silently clamped."""
+    """Workdir i's parameters at steps[i] (load_model's `checkpoint`: None, a step, "best",
+    "averaged/STEP"), as one ensemble. `cfg` (the first run's) sets the search and the input
+    limits: a member whose learned position table is shorter than that limit is refused, not
+    silently clamped."""
     members = []
     for w, step in zip(workdirs, steps, strict=True):
         member_cfg = cfg if w == workdirs[0] else load_config(wd.require_run(w))

@@ -71,8 +71,17 @@ def _per_row(weights: Array, rows: int, length: int) -> Array:
     return weights.reshape(rows, h, length, k)
 
 
+# Logical names of projected queries, keys and values [b, l, h, d].
+_HEADS = ("batch", "length", "heads", "kv")
+
+
+def _project(inputs: Array, kernel: Array, bias: Array | float) -> Array:
+    """inputs [b, l, m] x W [m, h, d] (+ bias [h, d]) -> [b, l, h, d]."""
+    return constrain(jnp.einsum("blm,mhd->blhd", inputs, kernel) + bias, _HEADS)
+
+
 class MultiHeadAttention(nn.Module):
-    """Multi-head attention (section 3.2.2) with separate d_k and d_v, no biases.
+    """Multi-head attention (section 3.2.2) with separate d_k and d_v; biases only by `use_bias`.
 
     Self-attention (`cross` False) reads its queries, keys and values from one input; in a
     STEP it appends this position's key and value to the "cache" collection, so step t attends
@@ -112,6 +121,13 @@ class MultiHeadAttention(nn.Module):
         init = nn.with_logical_partitioning(nn.initializers.zeros, names)
         return jnp.asarray(self.param(name, init, shape, self.param_dtype), self.dtype)
 
+    def _projections(self) -> tuple[tuple[Array, Array | float], ...]:
+        """(W, bias) of the query, the key and the value, made in this order (their init keys)."""
+        widths = (("query", self.d_k), ("key", self.d_k), ("value", self.d_v))
+        kernels = [self._kernel(n, w) for n, w in widths]
+        biases = [self._bias(f"{n}_bias", (self.num_heads, w), ("heads", "kv")) for n, w in widths]
+        return tuple(zip(kernels, biases, strict=True))
+
     @nn.compact
     def __call__(
         self,
@@ -128,43 +144,47 @@ class MultiHeadAttention(nn.Module):
         Cross-attention keys may hold one row per sentence for several query rows per sentence
         (the beams: b = sentences x width, sentence-major): see `_per_sentence`.
         """
-        names = ("batch", "length", "heads", "kv")
-        w_q, w_k, w_v = (
-            self._kernel(n, w)
-            for n, w in (("query", self.d_k), ("key", self.d_k), ("value", self.d_v))
-        )
-        b_q, b_k, b_v = (
-            self._bias(f"{n}_bias", (self.num_heads, w), ("heads", "kv"))
-            for n, w in (("query", self.d_k), ("key", self.d_k), ("value", self.d_v))
-        )
+        projections = self._projections()
+        masking = mask if isinstance(mask, Masking) else Masking(mask)
+        if self.cross:
+            return self._cross(projections, inputs_q, inputs_kv, masking, mode)
+        return self._self(projections, inputs_q, masking, mode)
+
+    def _self(self, projections, inputs: Array, masking: Masking, mode: Mode) -> Array:
+        """Self-attention over `inputs` [b, q, m]; a STEP appends to the cache and reads it all."""
+        if self.d_k == self.d_v:  # one product for queries, keys and values
+            (w_q, b_q), (w_k, b_k), (w_v, b_v) = projections
+            w_qkv = jnp.concatenate([w_q, w_k, w_v], axis=-1)  # [m, h, 3d]
+            qkv = jnp.einsum("blm,mhd->blhd", inputs, w_qkv)
+            if self.use_bias:
+                qkv = qkv + jnp.concatenate([b_q, b_k, b_v], axis=-1)
+            query, key, value = (constrain(x, _HEADS) for x in jnp.split(qkv, 3, axis=-1))
+        else:
+            query, key, value = (_project(inputs, *wb) for wb in projections)
+        if mode is Mode.STEP:
+            key, value, step_mask = self._update_cache(key, value, masking.mask)
+            masking = Masking(step_mask)
+        return self._attend(query, key, value, masking, mode)
+
+    def _cross(self, projections, inputs_q, inputs_kv: Array, masking: Masking, mode: Mode):
+        """Cross-attention of `inputs_q` [b, q, m] over `inputs_kv` [b', k, m], whose keys and
+        values PRIME stores in the cache (and returns None) and a STEP reads there."""
+        query_projection, key_projection, value_projection = projections
 
         def project():
-            key = jnp.einsum("blm,mhd->blhd", inputs_kv, w_k) + b_k
-            value = jnp.einsum("blm,mhd->blhd", inputs_kv, w_v) + b_v
-            return constrain(key, names), constrain(value, names)
+            return _project(inputs_kv, *key_projection), _project(inputs_kv, *value_projection)
 
         if mode is Mode.PRIME:
             key, value = cache_layout(*project())
             self.put_variable("cache", "static_key", key)
             self.put_variable("cache", "static_value", value)
             return None
-        masking = mask if isinstance(mask, Masking) else Masking(mask)
-        if self.cross:
-            query = constrain(jnp.einsum("blm,mhd->blhd", inputs_q, w_q) + b_q, names)
-            key, value = self._static_cache(project) if mode is Mode.STEP else project()
-        else:
-            if self.d_k == self.d_v:  # one product for queries, keys and values
-                w_qkv = jnp.concatenate([w_q, w_k, w_v], axis=-1)  # [m, h, 3d]
-                qkv = jnp.einsum("blm,mhd->blhd", inputs_q, w_qkv)
-                if self.use_bias:
-                    qkv = qkv + jnp.concatenate([b_q, b_k, b_v], axis=-1)
-                query, key, value = (constrain(x, names) for x in jnp.split(qkv, 3, axis=-1))
-            else:
-                query = constrain(jnp.einsum("blm,mhd->blhd", inputs_q, w_q) + b_q, names)
-                key, value = project()
-            if mode is Mode.STEP:
-                key, value, step_mask = self._update_cache(key, value, masking.mask)
-                masking = Masking(step_mask)
+        query = _project(inputs_q, *query_projection)
+        key, value = self._static_cache(project) if mode is Mode.STEP else project()
+        return self._attend(query, key, value, masking, mode)
+
+    def _attend(self, query: Array, key: Array, value: Array, masking: Masking, mode: Mode):
+        """softmax(Q K^T / sqrt(d_k)) V of the heads [b, q, h, *], then W^O -> [b, q, m]."""
         dropout_rng = None
         if not mode.deterministic and self.dropout_rate > 0.0:
             dropout_rng = self.make_rng("dropout")

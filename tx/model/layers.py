@@ -14,6 +14,8 @@ Shape letters used in einsums and comments:
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import enum
 import functools
 from typing import Any
@@ -64,12 +66,26 @@ def constrain(x: Array, names: tuple[str | None, ...]) -> Array:
     return nn.with_logical_constraint(x, names)
 
 
-def traced_mesh():
-    """The mesh of `with mesh:` (as tx.train.trainer traces its steps), or None."""
-    from jax._src import mesh as mesh_lib  # where `with mesh:` is recorded
+_TRACED_MESH = contextvars.ContextVar("tx_traced_mesh", default=None)
 
-    physical = mesh_lib.thread_resources.env.physical_mesh
-    return None if physical.empty else physical
+
+@contextlib.contextmanager
+def traced_on(mesh: jax.sharding.Mesh):
+    """`with mesh:` for tracing the model on `mesh` (as tx.train.trainer traces its steps),
+    which `traced_mesh` then returns: JAX has no public getter for the mesh of `with mesh:`
+    (jax.set_mesh, which has one, also turns on Flax's activation constraints: another
+    program; https://docs.jax.dev/en/latest/sharded-computation.html)."""
+    token = _TRACED_MESH.set(mesh)
+    try:
+        with mesh:
+            yield
+    finally:
+        _TRACED_MESH.reset(token)
+
+
+def traced_mesh():
+    """The mesh of the innermost `traced_on`, or None."""
+    return _TRACED_MESH.get()
 
 
 def target_platform() -> str:

@@ -224,7 +224,7 @@ class RNNDecoder(nn.Module):
         def step(carry, inputs):
             hs, cs = _layers(carry)
             xp0_t, keep = inputs
-            hs, cs, context = _decoder_step(c, w, memory, xp0_t, hs, cs, keep)
+            hs, cs, context = _decoder_step(c, w, memory, xp0_t, hs, cs, keep=keep)
             return _state_dict(hs, cs), (hs[-1], context)
 
         state, (top, context) = jax.lax.scan(step, state, (xp0.swapaxes(0, 1), masks))
@@ -274,7 +274,7 @@ class _Output(nn.Module):
         )
 
 
-def _decoder_step(c: RNNConfig, w: DecoderWeights, memory: Memory, xp0, hs, cs, keep):
+def _decoder_step(c: RNNConfig, w: DecoderWeights, memory: Memory, xp0, hs, cs, *, keep):
     """One target position through every layer.
 
     xp0: [b, g, n] the previous token's projection; hs, cs: per layer [b, n]; keep: dropout

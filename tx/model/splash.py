@@ -60,8 +60,8 @@ def _kernel(heads: int, q_len: int, k_len: int, causal: bool, interpret: bool):
         block_q_dkv=bq,
         block_kv_dkv=bk,
         block_kv_dkv_compute=bk,
-        # One backward kernel for dq, dk and dv: the residuals are read once (base on v5p-8,
-        # the compiler's model: 22.8 ms against 23.3 with separate dq and dkv kernels).
+        # One backward kernel for dq, dk and dv: the residuals are read once
+        # ([measured](docs/performance.md#on-the-tpu-compilers-cost-model)).
         use_fused_bwd_kernel=True,
     )
     # Its block-mask arrays made concrete, not values of the trace that first asked for the
@@ -85,7 +85,7 @@ def _local(q, k, v, q_segments, k_segments, *, causal: bool, interpret: bool) ->
 
 
 def _mesh():
-    """The mesh the caller traces under (jax.set_mesh, or `with mesh:`), or None."""
+    """The mesh the caller traces under (jax.set_mesh, or tx.model.layers.traced_on), or None."""
     abstract = jax.sharding.get_abstract_mesh()
     return traced_mesh() if abstract.empty else abstract
 

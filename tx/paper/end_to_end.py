@@ -5,6 +5,8 @@
 written once for the demo (tx.paper.demo), the tables' rows (tx.paper.reproduce) and the road's
 length experiment (tx.paper.road.length). A run that was stopped resumes, and one that has
 finished is reused: training stops at once and the average of the same checkpoints is kept.
+One stopped by a signal before it finished (SIGTERM, SIGINT) raises Stopped: a part is never
+scored (train.max_minutes reached is a finished run).
 What a caller adds between the steps goes in the two hooks.
 """
 
@@ -20,6 +22,11 @@ from tx.eval.evaluate import evaluate_split
 from tx.infer.translate import LoadedModel, load_model
 from tx.train import averaging
 from tx.train.loop import train
+
+
+class Stopped(RuntimeError):
+    """Training was stopped by a signal before it finished: nothing is averaged or scored,
+    and the same command resumes it."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,6 +63,11 @@ def train_average_evaluate(
     start = time.perf_counter()
     metrics = train(cfg, workdir)
     train_secs = time.perf_counter() - start
+    if "stopped" in metrics:
+        raise Stopped(
+            f"{workdir}: training stopped at step {metrics['step']} ({metrics['stopped']}): "
+            "nothing was averaged or scored; run the same command again to resume"
+        )
     if after_train is not None:
         after_train()
     averaged = averaging.average(cfg, workdir) if average else None

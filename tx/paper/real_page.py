@@ -12,7 +12,7 @@ from tx.paper.noise import BANDS, CLASSES, COLUMNS, judge
 
 def dev_curve(workdir: str) -> dict | None:
     """A run's dev perplexity at each evaluation, from its TensorBoard files (None: none)."""
-    from tx.viz.events import NoEvents, read_scalars
+    from tx.train.events import NoEvents, read_scalars
 
     try:
         steps, values = read_scalars(workdir).get("dev/perplexity", ((), ()))

@@ -7,7 +7,7 @@ kept beside the table, in results/cards/table<N>[-scale]/<row>.json; where the w
 from the committed cards, and every row names the commit, packages and hardware it was
 trained with. The report says
 when rows come from several commits, and when the code that decides a row's numbers
-(CODE_PATHS) changed after the commit that trained it.
+(CODE_PATHS) changed after the commit that trained it (git is asked in a source checkout only).
 """
 
 from __future__ import annotations
@@ -19,11 +19,11 @@ import subprocess
 import ml_collections
 
 from tx import storage
-from tx.config import model_config
+from tx.config import checkout, model_config
 from tx.model.counting import param_counts
 from tx.paper import real_page
 from tx.paper.markdown import CODE_PATHS, code_lines, num, pair, title
-from tx.paper.tables import ROOT, Row, load_row, row_workdir, spec
+from tx.paper.tables import Row, load_row, row_workdir, spec
 from tx.train import runcard
 
 # The ahead-of-time compile report lives in tx/train but never runs in a training run.
@@ -39,8 +39,12 @@ def card_copy(table: int, row: Row, scale, results_dir: str) -> str:
 
 
 def committed_card(table: int, row: Row, scale, results_dir: str | None = None) -> dict | None:
-    """The copy of the row's card kept under results/ (None if there is none)."""
-    path = card_copy(table, row, scale, results_dir or os.path.join(ROOT, "results"))
+    """The copy of the row's card kept under `results_dir` (default: the checkout's results/;
+    an installed tx has none), or None if there is none."""
+    root = checkout()
+    if results_dir is None and root is None:
+        return None
+    path = card_copy(table, row, scale, results_dir or os.path.join(root, "results"))
     if not storage.exists(path):
         return None
     return json.loads(storage.read_text(path))
@@ -61,9 +65,12 @@ def code(card: dict) -> dict:
 
 
 def _changed_since(commit: str) -> bool | None:
+    root = checkout()
+    if root is None:  # an installed tx: no repository to ask
+        return None
     try:
         out = subprocess.run(
-            ["git", "-C", ROOT, "diff", "--quiet", commit, "HEAD", "--", *CODE_PATHS]
+            ["git", "-C", root, "diff", "--quiet", commit, "HEAD", "--", *CODE_PATHS]
             + [f":(exclude){path}" for path in NOT_DECIDING],
             capture_output=True,
             timeout=60,

@@ -12,7 +12,8 @@ rows one after another with the same train / average / evaluate functions as the
 `--scale real` through configs/real.py on the corpus in <root>/corpus, the base row under
 several seeds and a second seed for rows within the noise (tx.paper.noise).
 `--root` may be a bucket's prefix (gs://, s3://): the rows' workdirs and run cards are then
-there; the reports stay in the repository's results/.
+there; the reports go to `--results` (results/ of the current directory by default). An
+installed tx needs no checkout: what plans read (COMPILED, PILOT) is package data.
 """
 
 from __future__ import annotations
@@ -34,7 +35,6 @@ from tx.paper import real
 from tx.paper.report import committed_card, report
 from tx.paper.tables import (
     BASE_ROW,
-    CONFIGS,
     TABLES,
     ReproduceError,
     Row,
@@ -47,15 +47,15 @@ from tx.paper.tables import (
 from tx.train import runcard
 from tx.train.monitor import peak_tflops
 
-BENCHMARK_RESULTS = os.path.join(os.path.dirname(CONFIGS), "benchmarks", "results")
+HERE = os.path.dirname(os.path.abspath(__file__))  # PILOT and COMPILED: package data
 # --scale real: the pilot (benchmarks/table3_pilot.py), whose measured step time plans the rows
 # not run yet, scaled by their model FLOPs per step.
-PILOT = os.path.join(BENCHMARK_RESULTS, "table3_real_pilot.json")
+PILOT = os.path.join(HERE, "table3_real_pilot.json")
 # Padded tokens per sentence assumed for the attention-score FLOPs of a plan (WMT'14 EN-DE
 # sentences average about 27-30 word pieces); those terms are under 2% of the total.
 PLAN_LENGTH = 32
 # Compiled step times per (config, slice): benchmarks/compiled_table.py writes them.
-COMPILED = os.path.join(BENCHMARK_RESULTS, "compiled.json")
+COMPILED = os.path.join(HERE, "compiled.json")
 # Rows whose config the compiled table covers (the paper's own configs, full scale).
 COMPILED_CONFIGS = {"base_ende": "base", "big_ende": "big", "base": "base", "big": "big"}
 COMPILED_CONFIGS |= {"C5": "C5"}
@@ -74,7 +74,7 @@ class Hardware:
 
 
 # --hardware names: GPUs as <kind>x<count> (h100x8) or, as `tx compile --topology` and
-# benchmarks/results/compiled.json spell them, <kind>:<count> (h100:8), the name the plan
+# COMPILED spell them, <kind>:<count> (h100:8), the name the plan
 # uses; TPUs as Cloud TPU slices (v4-32), whose
 # number counts TensorCores for v2-v4 and v5p (2 per chip) and chips for v5e and v6e.
 # Peaks are dense bf16 per device (tx.train.monitor's table), except P100: the paper's own 9.5
@@ -145,14 +145,14 @@ def _compiled_step(row: Row, scale: Scale, hw: Hardware):
     mesh = "x".join(f"{k}{v}" for k, v in best["mesh"].items() if v > 1)
     return best["step_seconds"], (
         f"compiled for {entry['topology']} ({mesh}, {best['micro_batches']} micro-batch(es)): "
-        f"{best.get('step_source') or 'source not recorded'}, benchmarks/results/compiled.json of "
+        f"{best.get('step_source') or 'source not recorded'}, tx/paper/compiled.json of "
         f"{entry['date']}"
     )
 
 
 def _measured_step(table: int, row: Row, scale: Scale, hw: Hardware, root: str):
-    """Seconds per step from this row's own run card (its workdir under `root`, or the copy
-    results/ keeps) when it ran on the same kind and number of devices."""
+    """Seconds per step from this row's own run card (its workdir under `root`, or the copy a
+    checkout's results/ keeps) when it ran on the same kind and number of devices."""
     own = runcard.load(row_workdir(root, table, row, scale))
     for card in (own, committed_card(table, row, scale)):
         segs = [s for s in (card or {}).get("segments", []) if s["end_step"] > s["start_step"]]

@@ -16,11 +16,8 @@ import os
 import ml_collections
 
 from tx import storage
-from tx.config import load_config
+from tx.config import configs_dir, load_config
 
-# The repository root: tx/paper/tables.py is three levels below it.
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-CONFIGS = os.path.join(ROOT, "configs")
 SCALES = ("full", "mini", "real")
 # --scale real: the base row's extra seeds (seed 0 is the row itself), whose spread is the band
 # every other row's difference from base is judged against (tx.paper.noise).
@@ -143,8 +140,9 @@ def spec(row: Row, scale: Scale) -> str:
 
 
 def load_row(row: Row, scale: Scale, overrides=()) -> ml_collections.ConfigDict:
-    """The row's config, loaded from the repository's configs/ whatever the current directory."""
-    path = os.path.join(os.path.dirname(CONFIGS), spec(row, scale))
+    """The row's config, loaded from tx's own configs (tx.config.configs_dir) whatever the
+    current directory."""
+    path = os.path.join(configs_dir(), spec(row, scale).removeprefix("configs/"))
     return load_config(path, overrides)
 
 

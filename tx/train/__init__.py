@@ -13,7 +13,8 @@
     init_from.py     starting a run from another's parameters and vocabulary (fine-tuning)
     runlock.py       one run per workdir: the lock that train and average hold
     monitor.py       the metrics window (a non-finite loss raises Diverged), throughput,
-                     MFU, progress lines, TensorBoard summaries
+                     MFU, progress lines
+    events.py        TensorBoard event files: the scalars training writes, read back
     distributed.py   jax.distributed start-up, barriers, a stop signal every process agrees
                      on, a lost process
     runcard.py       the run card: what ran, on what, with which code and data

@@ -31,21 +31,14 @@ kept too, whatever their kind or age.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
-import threading
 
 import orbax.checkpoint as ocp
 
-# Private: no public API of orbax-checkpoint 0.12 reaches the threads still writing a failed save
-# (_join_commit_threads). wait_until_finished() and close() return at its first failed write,
-# no public call returns a save's futures, and the public orbax.checkpoint.future exports neither
-# CommitFuture nor the _SignalingThread it runs in. Telling them by name (mostly Python's default)
-# or start time would take in Orbax's long-lived event-loop threads, whose join never ends.
-from orbax.checkpoint._src.futures import future as ocp_future
-
-from tx import storage
+from tx import compat, storage
 from tx import workdir as wd
 from tx.config import ConfigError
 from tx.train import best
@@ -60,7 +53,10 @@ class UnreadableCheckpoint(RuntimeError):
 
 
 def why_unreadable(e: BaseException) -> str:
-    """One line saying why a read failed: TensorStore errors run to kilobytes of JSON."""
+    """One line saying why a read or write failed, from the error that caused it (Orbax wraps
+    TensorStore's in one that prints the store's spec; TensorStore's run to kilobytes of JSON)."""
+    while e.__cause__ is not None:
+        e = e.__cause__
     lines = str(e).strip().splitlines()
     text = f"{type(e).__name__}: {lines[0] if lines else ''}"
     return text if len(text) <= 240 else text[:237] + "..."
@@ -68,13 +64,48 @@ def why_unreadable(e: BaseException) -> str:
 
 @contextlib.contextmanager
 def reading(path: str):
-    """Any failure while restoring `path` becomes an UnreadableCheckpoint naming it."""
+    """Any failure while restoring `path` becomes an UnreadableCheckpoint naming it, once the
+    reads still pending have ended (`_pending_reads_end`)."""
     try:
-        yield
+        with _pending_reads_end():
+            yield
     except UnreadableCheckpoint:
         raise
     except Exception as e:  # noqa: BLE001 - Orbax and TensorStore raise many kinds for bad files
         raise UnreadableCheckpoint(f"{path} cannot be restored ({why_unreadable(e)})") from e
+
+
+class _Loop(asyncio.SelectorEventLoop):
+    """An event loop that cancels and awaits its pending tasks before closing, as asyncio.run."""
+
+    def close(self) -> None:
+        pending = asyncio.all_tasks(self)
+        if pending and not self.is_running() and not self.is_closed():
+            for task in pending:
+                task.cancel()
+            self.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+        super().close()
+
+
+class _Loops(asyncio.DefaultEventLoopPolicy):
+    """Makes `_Loop`s."""
+
+    def new_event_loop(self) -> asyncio.AbstractEventLoop:
+        return _Loop()
+
+
+@contextlib.contextmanager
+def _pending_reads_end():
+    """Event loops made in the block end their pending tasks before closing
+    (https://docs.python.org/3/library/asyncio-policy.html). Orbax reads a checkpoint's arrays
+    as tasks of a loop of its own, which it closes at the first failed read with the others
+    still pending; each of those would print its traceback when collected, at exit."""
+    before = asyncio.get_event_loop_policy()
+    asyncio.set_event_loop_policy(_Loops())
+    try:
+        yield
+    finally:
+        asyncio.set_event_loop_policy(before)
 
 
 def check_files(path: str, items: dict[str, str]) -> None:
@@ -146,46 +177,18 @@ def atomicity(path: str) -> ocp.options.AtomicityOptions | None:
 
 
 def _orbax_s3() -> None:
-    """Lets Orbax write s3:// arrays through TensorStore's s3 driver.
-
-    Orbax 0.12.8 builds a cloud kvstore for gs:// only and takes s3://b/x for a relative local
-    path. Three of its private functions are replaced, only once an s3:// checkpoint is used
-    (gs:// and local paths never depend on this): `_normalize_path` keeps the s3:// scheme,
-    `_use_gcs_driver` takes s3:// for a cloud path, and `get_kvstore_for_gcs` gives an s3://
-    path TensorStore's s3 spec (tx.storage.s3_kvstore: endpoint and region from the standard
-    variables). This is private API of orbax-checkpoint 0.12.x; tests/test_buckets_train.py
-    (every s3 case: save, resume, average) covers it. Another Orbax without these functions
-    stops here with one line.
-    """
+    """Lets Orbax write s3:// arrays through TensorStore's s3 driver (tx.compat.orbax_s3, with
+    tx.storage.s3_kvstore's spec), only once an s3:// checkpoint is used: gs:// and local
+    paths never depend on it. An Orbax without the internals it relies on stops here with
+    one line."""
     try:
-        from orbax.checkpoint._src.path import gcs_utils
-        from orbax.checkpoint._src.serialization import tensorstore_utils as tsu
-
-        if getattr(tsu, "_tx_s3", False):
-            return
-        normalize, gcs_kvstore, _ = (
-            tsu._normalize_path,  # noqa: SLF001
-            gcs_utils.get_kvstore_for_gcs,
-            tsu._use_gcs_driver,  # noqa: SLF001
-        )
+        compat.orbax_s3(storage.s3_kvstore)
     except (ImportError, AttributeError) as e:
         raise ConfigError(
             f"s3:// checkpoints rely on internals of orbax-checkpoint 0.12.x, which this "
             f"orbax-checkpoint {ocp.__version__} lacks ({e}); install orbax-checkpoint==0.12.8, "
             "or use gs:// or a local directory"
         ) from None
-
-    def is_s3(path) -> bool:
-        return str(path).startswith("s3://")
-
-    tsu._normalize_path = lambda p: (  # noqa: SLF001
-        normalize(p).replace("s3:/", "s3://", 1) if is_s3(p) else normalize(p)
-    )
-    tsu._use_gcs_driver = lambda d: str(d).startswith(("gs://", "s3://"))  # noqa: SLF001
-    gcs_utils.get_kvstore_for_gcs = lambda p: (
-        storage.s3_kvstore(str(p)) if is_s3(p) else gcs_kvstore(p)
-    )
-    tsu._tx_s3 = True  # noqa: SLF001
 
 
 def averaging_steps(steps: list[int], every: int, final_step: int | None = None) -> list[int]:
@@ -406,12 +409,11 @@ def _join_commit_threads() -> None:
     directory those threads still write to (CI saw the retry's rmtree lose a TensorStore lock
     file to them), so nothing touches the step again until they end.
     """
-    for thread in threading.enumerate():
-        if isinstance(thread, ocp_future._SignalingThread):  # noqa: SLF001 - Orbax's commit threads
-            with contextlib.suppress(Exception):  # its failure is the one already reported
-                thread.join(COMMIT_JOIN_TIMEOUT_SECS)
-            if thread.is_alive():
-                raise storage.WriteFailed(
-                    f"a failed checkpoint write ({thread.name}) was still running after "
-                    f"{COMMIT_JOIN_TIMEOUT_SECS:.0f} s"
-                )
+    for thread in compat.commit_threads():
+        with contextlib.suppress(Exception):  # its failure is the one already reported
+            thread.join(COMMIT_JOIN_TIMEOUT_SECS)
+        if thread.is_alive():
+            raise storage.WriteFailed(
+                f"a failed checkpoint write ({thread.name}) was still running after "
+                f"{COMMIT_JOIN_TIMEOUT_SECS:.0f} s"
+            )

@@ -2,15 +2,16 @@
 
     source = start(cfg, workdir)                  what the run starts from (None: random
                                                   weights, or resuming), checked before any data
-    tokenizer = vocabulary(cfg, workdir, source)  the source's vocabulary files, copied in
+    vocabulary_source(cfg, workdir, source)       whose vocabulary tx.data.vocabulary copies in
     state = initial_state(trainer, source, seed)  its parameters; Adam, step, schedule fresh
 
 The source is a run's workdir (its newest average, else its latest checkpoint), one of its
-checkpoints (W/checkpoints/STEP) or averages (W/averaged/STEP), or a model `python -m tx import`
-wrote (a run whose parameters are its average); local or in a bucket. The new run
+checkpoints (W/checkpoints/STEP) or averages (W/averaged/STEP) (tx.workdir.Selection), or a
+model `python -m tx import` wrote (a run whose parameters are its average); local or in a
+bucket. An export, or a Hugging Face directory not imported, is no source. The new run
 - takes the source's vocabulary: its files (tx.workdir.VOCABULARY_FILES) are copied in before
-  the data is prepared, so none is trained; a data.vocab_size other than the source's, or a
-  data.vocab_path that is not the source's file, is refused;
+  the data is prepared (tx.data.vocabulary), so none is trained; a data.vocab_size other than
+  the source's, or a data.vocab_path that is not the source's file, is refused;
 - starts from the source's parameters, which every process reads itself into the run's sharding,
   with a fresh optimizer (Adam's moments zero), step 0, its own schedule and data order;
 - has the source's model: a model config that differs in a key other than FREE_KEYS is refused
@@ -24,7 +25,6 @@ wrote (a run whose parameters are its average); local or in a bucket. The new ru
 from __future__ import annotations
 
 import dataclasses
-import re
 
 import ml_collections
 import orbax.checkpoint as ocp
@@ -34,8 +34,7 @@ from flax import traverse_util
 from tx import storage
 from tx import workdir as wd
 from tx.config import ConfigError, model_config, read_config
-from tx.data import dataset
-from tx.data.tokenizer import VocabularyError, check_source_vocabulary, run_tokenizer
+from tx.data import vocabulary
 from tx.model import families
 from tx.model.counting import abstract_params
 from tx.train import trainer as trainer_lib
@@ -54,7 +53,6 @@ FREE_KEYS = (
     "max_len",
     "forget_bias",
 )
-KINDS = {"checkpoints": "checkpoint", "averaged": "average"}  # a run's directory -> its kind
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,99 +93,44 @@ def checkpoint_steps(run: str) -> list[int]:
 
 
 def find(path: str) -> Source:
-    """The source `path` (train.init_from) names; ConfigError saying what it is not."""
-    given, path = path, path.rstrip("/")
-    if storage.exists(wd.config_file(path)):  # a run: its newest average, else latest checkpoint
-        averages = averaged_steps(path)
-        kind, steps = ("average", averages) if averages else ("checkpoint", checkpoint_steps(path))
-        if not steps:
-            raise ConfigError(f"train.init_from={given}: {path} has no averages or checkpoints")
-        return Source(given, path, kind, steps[-1], read_config(wd.config_file(path)))
-    parent = storage.dirname(path)
-    run, kind = storage.dirname(parent), KINDS.get(_name(parent))
-    step = re.fullmatch(r"(\d+)(\.1)?" if kind == "average" else r"(\d+)", _name(path))
-    if kind is None or step is None or not storage.exists(wd.config_file(run)):
-        raise ConfigError(
-            f"train.init_from={given} is neither a tx run (it has no config.json) nor one of "
-            "a run's checkpoints (RUN/checkpoints/STEP) or averages (RUN/averaged/STEP)"
+    """The source `path` (train.init_from) names (tx.workdir.Selection): a run (its newest
+    average, else its latest checkpoint), RUN/checkpoints/STEP or RUN/averaged/STEP. An export
+    is none, nor is a Hugging Face directory (`python -m tx import` makes it a run);
+    ConfigError saying what `path` is not."""
+    try:
+        selection = wd.Selection.parse(path)
+        chosen = selection.resolve(
+            lambda: averaged_steps(selection.run), lambda: checkpoint_steps(selection.run)
         )
-    have = averaged_steps(run) if kind == "average" else checkpoint_steps(run)
-    if int(step.group(1)) not in have:
-        raise ConfigError(
-            f"train.init_from={given}: {run} has no complete {kind} of step {step.group(1)} "
-            f"(its {kind}s: {', '.join(map(str, have)) or 'none'})"
-        )
-    return Source(given, run, kind, int(step.group(1)), read_config(wd.config_file(run)))
-
-
-def _name(path: str) -> str:
-    return path.rstrip("/").rsplit("/", 1)[-1]
+    except wd.NotARun as e:
+        raise ConfigError(f"train.init_from={e}") from None
+    except wd.CheckpointNotFound as e:
+        raise ConfigError(f"train.init_from={path}: {e}") from None
+    config = read_config(wd.config_file(chosen.run))
+    return Source(path, chosen.run, chosen.kind, chosen.step, config)
 
 
 def start(cfg: ml_collections.ConfigDict, workdir: str) -> Source | None:
     """What `workdir` starts from: None without train.init_from, and once the run has
     checkpoints of its own (they win: a resume never reads the source). Else the source,
-    checked against this run before any data is prepared: its vocabulary (`check_vocabulary`)
-    and its model (`check_model`)."""
+    checked against this run before any data is prepared: its vocabulary
+    (tx.data.vocabulary.taken) and its model (`check_model`)."""
     if not cfg.train.init_from or checkpoint_steps(workdir):
         return None
     source = find(cfg.train.init_from)
-    check_vocabulary(cfg.data, source)
+    vocabulary.taken(cfg.data, source)
     return check_model(cfg, source)
 
 
-def check_vocabulary(data: ml_collections.ConfigDict, source: Source):
-    """The source's tokenizer (its files checked against the sha256 it recorded), once
-    data.vocab_size is its size and data.vocab_path (if set) is its file; else
-    VocabularyError in one line naming both."""
-    theirs = run_tokenizer(source.run)
-    if data.vocab_size != theirs.vocab_size:
-        raise VocabularyError(
-            f"data.vocab_size={data.vocab_size}, but the vocabulary of train.init_from="
-            f"{source.given} has {theirs.vocab_size} pieces: set data.vocab_size="
-            f"{theirs.vocab_size}"
-        )
-    given = data.get(dataset.VOCAB_PATH_KEY)
-    if given:
-        if not storage.exists(given):
-            raise FileNotFoundError(f"data.vocab_path not found: {given}")
-        spm = wd.vocab_file(source.run)
-        if not storage.exists(spm) or storage.sha256(given) != storage.sha256(spm):
-            raise VocabularyError(
-                f"data.vocab_path={given} is not the vocabulary of train.init_from="
-                f"{source.given} ({', '.join(vocabulary_files(source.run))} there): a run "
-                "started from another takes its vocabulary; leave data.vocab_path empty"
-            )
-    return theirs
-
-
-def vocabulary_files(run: str) -> list[str]:
-    """The names (tx.workdir.VOCABULARY_FILES) of the files that make up `run`'s vocabulary."""
-    return [name for name in wd.VOCABULARY_FILES if storage.exists(storage.join(run, name))]
-
-
-def vocabulary(cfg: ml_collections.ConfigDict, workdir: str, source: Source | None = None):
-    """The run's tokenizer. With train.init_from, the source's vocabulary: its files are
-    copied into `workdir` (one process: `train` alone or `prepare`) until the run has recorded
-    its own (vocab.sha256, written once training begins), so nothing is trained. Without,
-    tx.data.dataset.vocabulary's (trained on first use, or data.vocab_path)."""
-    if not cfg.train.init_from:
-        return check_source_vocabulary(dataset.vocabulary(cfg.data, workdir), cfg.model, workdir)
-    if not storage.exists(wd.vocab_hash_file(workdir)):
-        source = source or find(cfg.train.init_from)
-        theirs = check_vocabulary(cfg.data, source)
-        for name in vocabulary_files(source.run):  # each file written whole (tx.storage)
-            data = storage.read_bytes(storage.join(source.run, name))
-            storage.write_bytes(storage.join(workdir, name), data)
-        if run_tokenizer(workdir).fingerprint != theirs.fingerprint:
-            raise VocabularyError(f"the vocabulary copied from {source.run} into {workdir} differs")
-    tokenizer = run_tokenizer(workdir)
-    if tokenizer.vocab_size != cfg.data.vocab_size:  # a run resumed with another config
-        raise VocabularyError(
-            f"{workdir}'s vocabulary has {tokenizer.vocab_size} pieces but data.vocab_size="
-            f"{cfg.data.vocab_size}; use a new workdir or set data.vocab_size to match"
-        )
-    return check_source_vocabulary(tokenizer, cfg.model, workdir)
+def vocabulary_source(
+    cfg: ml_collections.ConfigDict, workdir: str, source: Source | None = None
+) -> Source | None:
+    """The run whose vocabulary `workdir` takes (tx.data.vocabulary.obtain copies its files in):
+    `source`, or the one train.init_from names, until the run has recorded its own
+    vocabulary (then the source is never read again); None without train.init_from."""
+    if not cfg.train.init_from or vocabulary.recorded(workdir):
+        return None
+    return source or find(cfg.train.init_from)
 
 
 def _leaves(config) -> dict:
@@ -255,15 +198,13 @@ def initial_state(trainer: trainer_lib.Trainer, source: Source, seed: int):
 
 def record(source: Source, workdir: str, tokenizer) -> dict:
     """The run card's `init_from`: where the parameters came from, and the vocabulary taken."""
-    files = vocabulary_files(workdir)
     return {
         "path": source.given,
         "run": source.run,
         "parameters": source.kind,
         "step": source.step,
         "steps": source.steps(),
-        "vocabulary_sha256": tokenizer.fingerprint,
-        "vocabulary_files": {n: storage.sha256(storage.join(workdir, n)) for n in files},
+        **vocabulary.described(workdir, tokenizer),
         **({"new_params": list(source.new_params)} if source.new_params else {}),
         **({"model_differs": list(source.differs)} if source.differs else {}),
     }

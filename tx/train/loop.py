@@ -28,16 +28,16 @@ import ml_collections
 import numpy as np
 
 from tx import workdir as wd
-from tx.data import dataset
+from tx.data import dataset, vocabulary
 from tx.data.pipeline import POSITION_KEY, BatchSpec, PlannedBatch, eval_batches, materialize
 from tx.data.token_cache import TokenizedSplit
-from tx.data.tokenizer import check_vocabulary
 from tx.model.counting import train_flops_per_step
 from tx.train import best, init_from, runcard, runlock
 from tx.train import trainer as trainer_lib
 from tx.train.checkpoint import Checkpointer
 from tx.train.distributed import StopSignal, process_lost, sync_flags
-from tx.train.monitor import Progress, Summaries, Throughput, Window, peak_tflops
+from tx.train.events import Summaries
+from tx.train.monitor import Progress, Throughput, Window, peak_tflops
 from tx.train.prepare import check_prepared
 from tx.train.runcard import Segment
 
@@ -100,6 +100,25 @@ def train(
 
 
 def _train(cfg: ml_collections.ConfigDict, workdir: str, progress_stream, bleu_hook) -> dict:
+    run, state, stream = _start(cfg, workdir, progress_stream, bleu_hook)
+    lost = None
+    try:
+        return _loop(run, state, stream)
+    except Exception as e:
+        lost = process_lost(e)
+        if lost is not None:
+            raise lost from e
+        raise
+    finally:
+        if lost is None:  # else Orbax would wait at a barrier for the dead process
+            run.ckpt.close()
+        run.summaries.close()
+
+
+def _start(cfg: ml_collections.ConfigDict, workdir: str, progress_stream, bleu_hook):
+    """(the run, its train state, its training stream): the config checked, the data prepared
+    and the vocabulary recorded, the newest checkpoint restored (or a state initialised), this
+    invocation's entry in the run card begun."""
     t = cfg.train
     wd.check_config(cfg, workdir)
     source = init_from.start(cfg, workdir)  # None: random weights, or resuming
@@ -107,7 +126,7 @@ def _train(cfg: ml_collections.ConfigDict, workdir: str, progress_stream, bleu_h
     started = time.time()
     tokenizer = prepare_data(cfg, workdir, source)
     prepare_secs = time.time() - started
-    check_vocabulary(workdir, tokenizer)
+    vocabulary.record(workdir, tokenizer)
     trainer = trainer_lib.build(cfg)
     criterion = best.Criterion.from_config(t)
     ckpt = Checkpointer(
@@ -123,34 +142,19 @@ def _train(cfg: ml_collections.ConfigDict, workdir: str, progress_stream, bleu_h
     card = Segment(cfg, workdir, int(state.step), peak)
     if source is not None:
         card.note(init_from=init_from.record(source, workdir, tokenizer))
-    spec = dataset.batch_spec(
-        cfg.data,
-        trainer.layout.data_shards * t.micro_batches,
-        trainer.layout.process_rows,
-    )
-    build = jax.process_count() == 1  # several processes: `prepare` built it (prepare_data)
-    stream, counts = dataset.train_stream(cfg.data, workdir, tokenizer, spec, position, build)
     progress = Progress(t.num_steps, wd.is_main(), progress_stream, deadline)
-    progress.message(
-        f"tx: {json.dumps(counts)} | mesh {dict(trainer.mesh.shape)} | rows per step by "
-        f"length {stream.rows} | start step {int(state.step)}"
-        + (f" from {source.describe()}" if source else "")
+    begins = f"start step {int(state.step)}" + (f" from {source.describe()}" if source else "")
+    spec, stream, dev = _data(
+        cfg, workdir, tokenizer, trainer, position, card=card, progress=progress, begins=begins
     )
-    dev = None
-    if t.eval_every_steps:
-        dev = dataset.split_ids(cfg.data, workdir, tokenizer, "dev", build)
-    splits = {"train": (stream.split, counts)} | ({"dev": (dev, None)} if dev else {})
-    record = runcard.data_record(cfg.data, tokenizer, splits)
-    card.note(data=runcard.with_earlier_splits(card.card.get("data"), record))
     card.entry["prepare_secs"] = round(prepare_secs, 3)
-    summaries = Summaries(wd.tensorboard_dir(workdir), wd.is_main())
     run = _Run(
         cfg=cfg,
         trainer=trainer,
         ckpt=ckpt,
         spec=spec,
         progress=progress,
-        summaries=summaries,
+        summaries=Summaries(wd.tensorboard_dir(workdir), wd.is_main()),
         dev=dev,
         bleu_hook=bleu_hook,
         card=card,
@@ -158,22 +162,35 @@ def _train(cfg: ml_collections.ConfigDict, workdir: str, progress_stream, bleu_h
         criterion=criterion,
         deadline=deadline,
     )
-    lost = None
-    try:
-        return _loop(run, state, stream)
-    except Exception as e:
-        lost = process_lost(e)
-        if lost is not None:
-            raise lost from e
-        raise
-    finally:
-        if lost is None:  # else Orbax would wait at a barrier for the dead process
-            ckpt.close()
-        summaries.close()
+    return run, state, stream
+
+
+def _data(cfg, workdir, tokenizer, trainer, position, *, card, progress, begins: str):
+    """(batch spec, the training stream from `position`, dev token ids when dev loss is
+    evaluated); what they hold said on `progress` (ending with `begins`) and noted in `card`."""
+    t = cfg.train
+    spec = dataset.batch_spec(
+        cfg.data,
+        trainer.layout.data_shards * t.micro_batches,
+        trainer.layout.process_rows,
+    )
+    build = jax.process_count() == 1  # several processes: `prepare` built it (prepare_data)
+    stream, counts = dataset.train_stream(cfg.data, workdir, tokenizer, spec, position, build)
+    progress.message(
+        f"tx: {json.dumps(counts)} | mesh {dict(trainer.mesh.shape)} | rows per step by "
+        f"length {stream.rows} | {begins}"
+    )
+    dev = None
+    if t.eval_every_steps:
+        dev = dataset.split_ids(cfg.data, workdir, tokenizer, "dev", build)
+    splits = {"train": (stream.split, counts)} | ({"dev": (dev, None)} if dev else {})
+    record = runcard.data_record(cfg.data, tokenizer, splits)
+    card.note(data=runcard.with_earlier_splits(card.card.get("data"), record))
+    return spec, stream, dev
 
 
 def prepare_data(cfg: ml_collections.ConfigDict, workdir: str, source=None):
-    """The vocabulary (`source`'s, when the run starts from one: tx.train.init_from) and the
+    """The vocabulary (tx.data.vocabulary: `source`'s, when the run starts from one) and the
     token caches the run reads (train; dev when evaluated). One process builds what is missing.
     Several processes build nothing, so that none tokenizes while the others wait:
     `python -m tx prepare` has made them (tx.train.prepare), or every process stops at once
@@ -181,7 +198,8 @@ def prepare_data(cfg: ml_collections.ConfigDict, workdir: str, source=None):
     splits = ("train", "dev") if cfg.train.eval_every_steps else ("train",)
     if jax.process_count() > 1:
         return check_prepared(cfg, workdir, splits)
-    tokenizer = init_from.vocabulary(cfg, workdir, source)
+    source = init_from.vocabulary_source(cfg, workdir, source)
+    tokenizer = vocabulary.obtain(cfg.data, workdir, model=cfg.model, source=source)
     for split in splits:
         dataset.split_ids(cfg.data, workdir, tokenizer, split)
     return tokenizer
@@ -247,6 +265,8 @@ def _loop(run: _Run, state, stream) -> dict:
                 why = f"{stop.received or 'stop'} received"
                 why = f"train.max_minutes={t.max_minutes} reached" if out_of_time else why
                 run.progress.message(f"tx: {why}: saved step {step}")
+                if not out_of_time:  # a signal: end to end, a caller must not score a part
+                    last["stopped"] = why
                 break
             if score and _stopped_early(run, step):
                 break

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import math
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -121,12 +122,9 @@ def objective(sums: dict) -> Array:
     return sums["objective"] if "objective" in sums else sums["loss"]
 
 
-# `train.loss_chunk_tokens = -1` (the default): a piece's float32 logits fill about this much
-# memory on a CPU, where the passes over a piece then stay in the last-level cache (32 MiB
-# here: at V = 32,000 that is 262 tokens). The base train step (2,048 tokens, four trainers
-# timed interleaved in one process) took 5.4-5.5 s with pieces of 256 against 5.8-6.1 s with
-# one piece; pieces of 128 to 512 were equal, 64 slower. An accelerator keeps big pieces:
-# fewer, larger products.
+# `train.loss_chunk_tokens = -1` (the default): on a CPU a piece's float32 logits fill about
+# the last-level cache, where the passes over a piece stay; an accelerator keeps big pieces,
+# fewer and larger products ([measured](docs/performance.md#what-made-tx-faster)).
 CPU_CHUNK_BYTES = 32 * 2**20
 ACCELERATOR_CHUNK_TOKENS = 8192
 
@@ -208,20 +206,27 @@ def _unpieces(x: Array, length: int) -> Array:
     return x.reshape(x.shape[0], -1, *x.shape[3:])[:, :length]
 
 
-def _piece(h, head, targets, weights, unlikely, label_smoothing, vocab_size, alpha, with_grad):
-    """One piece: sums (loss, nll, correct, unlikelihood) and, `with_grad`, d objective / d
-    logits [b, c, V']. `unlikely` is None (alpha 0) or (the piece's [b, c, s] candidates from
-    `unlikelihood_candidates`, the whole rows' targets [b, s])."""
+class _Logits(NamedTuple):
+    """One piece's logits and their log-softmax, as the passes over them read them."""
+
+    raw: Array  # [b, c, V'] the product as stored, in h's dtype
+    log_probs: Array  # [b, c, V'] float32 at least
+    real: Array  # [V'] bool: the columns < vocab_size
+    padded: bool  # V' > vocab_size (static: no mask pass without padding)
+    top: Array  # [b, c, 1] the row's largest logit
+    log_sum: Array  # [b, c, 1] log sum exp(logits - top)
+
+
+def _log_softmax(h: Array, head: Array, vocab_size: int) -> _Logits:
+    """h [b, c, m] x head [V', m] -> the piece's `_Logits` (padding columns masked)."""
     acc = jnp.promote_types(h.dtype, jnp.float32)
     # The product accumulates in float32 and is stored in h's dtype: in bf16 that rounds each
     # logit by at most 2^-9 relative (tests/test_losses.py bounds what that does to the sums);
-    # each pass below converts as it reads, so no float32 [b, c, V'] array is written. Base on
-    # a v5p:2x2x1 slice (`python -m tx compile`, the TPU compiler's cost model): 23.3 ms a step
-    # with float32 logits, 22.8 ms with bf16 ones, 22.5 ms with the gather below as well; 47.2,
-    # 44.4 and 43.9 GB of memory traffic; 5.9, 5.4 and 4.5 GB of HBM per chip.
+    # each pass converts as it reads, so no float32 [b, c, V'] array is written
+    # ([measured](docs/performance.md#on-the-tpu-compilers-cost-model)).
     raw = jnp.einsum("bcm,Vm->bcV", h, head, preferred_element_type=h.dtype)
     logits = raw.astype(acc)
-    padded = logits.shape[-1] > vocab_size  # a static choice: no mask pass without padding
+    padded = logits.shape[-1] > vocab_size
     real = jnp.arange(logits.shape[-1]) < vocab_size  # [V']
     if padded:
         logits = jnp.where(real, logits, jnp.finfo(acc).min)
@@ -229,17 +234,25 @@ def _piece(h, head, targets, weights, unlikely, label_smoothing, vocab_size, alp
     top = jax.lax.stop_gradient(jnp.max(logits, -1, keepdims=True))
     shifted = logits - top
     log_sum = jnp.log(jnp.sum(jnp.exp(shifted), -1, keepdims=True))
-    log_probs = shifted - log_sum  # [b, c, V']
-    # Gathered from the stored logits, not from `shifted`: a gather from `shifted` made XLA
-    # write all of it in float32 (one more [b, c, V'] array) to read one entry a row.
-    true_logit = jnp.take_along_axis(raw, targets[..., None], axis=-1).astype(acc)
-    true_shifted = true_logit - top  # [b, c, 1]
-    true_lp = (true_shifted - log_sum)[..., 0]
+    return _Logits(raw, shifted - log_sum, real, padded, top, log_sum)
+
+
+def _piece(h, head, targets, weights, unlikely, static, *, with_grad: bool):
+    """One piece: sums (loss, nll, correct, unlikelihood) and, `with_grad`, d objective / d
+    logits [b, c, V']. `unlikely` is None (alpha 0) or (the piece's [b, c, s] candidates from
+    `unlikelihood_candidates`, the whole rows' targets [b, s]); `static` is `_fused`'s."""
+    label_smoothing, vocab_size, _, alpha = static
+    z = _log_softmax(h, head, vocab_size)
+    acc = z.log_probs.dtype
+    # Gathered from the stored logits, not from the shifted ones: a gather from those made XLA
+    # write all of them in float32 (one more [b, c, V'] array) to read one entry a row.
+    true_shifted = jnp.take_along_axis(z.raw, targets[..., None], axis=-1).astype(acc) - z.top
+    true_lp = (true_shifted - z.log_sum)[..., 0]
     nll = -true_lp
     confidence = 1.0 - label_smoothing
     low = label_smoothing / (vocab_size - 1)
     if label_smoothing > 0:
-        sum_lp = jnp.sum(jnp.where(real, log_probs, 0.0) if padded else log_probs, -1)
+        sum_lp = jnp.sum(jnp.where(z.real, z.log_probs, 0.0) if z.padded else z.log_probs, -1)
         smoothed = -(confidence - low) * true_lp - low * sum_lp
     else:
         smoothed = nll
@@ -251,7 +264,7 @@ def _piece(h, head, targets, weights, unlikely, label_smoothing, vocab_size, alp
     if unlikely is not None:
         cand, row_targets = unlikely
         # Gathered from the stored logits, as the target's was: [b, c, s].
-        p = jnp.exp(_candidate_log_probs(raw, row_targets).astype(acc) - top - log_sum)
+        p = jnp.exp(_candidate_log_probs(z.raw, row_targets).astype(acc) - z.top - z.log_sum)
         rest = 1.0 - p
         per_token = -jnp.sum(cand * jnp.log(jnp.maximum(rest, UNLIKELY_FLOOR)), -1)
         unlikely_sum = jnp.sum(per_token * weights)
@@ -263,29 +276,40 @@ def _piece(h, head, targets, weights, unlikely, label_smoothing, vocab_size, alp
     )
     if not with_grad:
         return sums, None
-    # d smoothed / d logit_v = p_v - q_v, q the smoothed target (0 on padding columns).
-    is_target = jnp.arange(logits.shape[-1]) == targets[..., None]
-    q = jnp.where(is_target, confidence, low)
-    if padded:
-        q = jnp.where(real, q, 0.0)
+    q = _smoothed_target(z, targets, confidence, low)
     w = weights[..., None].astype(acc)
     if unlikely is None:
-        return sums, (jnp.exp(log_probs) - q) * w
-    # d -log(1 - p_c) / d logit_v = r_c (1[v = c] - p_v), r_c = p_c / (1 - p_c) (0 where the
-    # floor holds): each candidate's own column gains alpha r_c, every column loses alpha S p_v
-    # with S the sum of r_c. The first is a scatter of [b, c, s] entries, not a [b, c, V'] pass.
+        return sums, (jnp.exp(z.log_probs) - q) * w
+    return sums, _unlikely_grad(z, q, w, (cand, row_targets, p, rest), alpha)
+
+
+def _smoothed_target(z: _Logits, targets: Array, confidence: float, low: float) -> Array:
+    """q [b, c, V']: `confidence` on the target, `low` elsewhere, 0 on padding columns; the
+    smoothed loss's d / d logit_v is p_v - q_v."""
+    is_target = jnp.arange(z.log_probs.shape[-1]) == targets[..., None]
+    q = jnp.where(is_target, confidence, low)
+    return jnp.where(z.real, q, 0.0) if z.padded else q
+
+
+def _unlikely_grad(z: _Logits, q: Array, w: Array, unlikely: tuple, alpha: float) -> Array:
+    """d objective / d logits with the unlikelihood term: `unlikely` = (candidates, the rows'
+    targets, their p, 1 - p) [b, c, s]. d -log(1 - p_c) / d logit_v = r_c (1[v = c] - p_v),
+    r_c = p_c / (1 - p_c) (0 where the floor holds): each candidate's own column gains
+    alpha r_c, every column loses alpha S p_v with S the sum of r_c. The first is a scatter of
+    [b, c, s] entries, not a [b, c, V'] pass."""
+    cand, row_targets, p, rest = unlikely
     r = cand * jnp.where(rest > UNLIKELY_FLOOR, p / jnp.maximum(rest, UNLIKELY_FLOOR), 0.0)
     spread = 1.0 - alpha * jnp.sum(r, -1, keepdims=True)  # [b, c, 1]
-    d_logits = (jnp.exp(log_probs) * spread - q) * w
+    d_logits = (jnp.exp(z.log_probs) * spread - q) * w
     b, c, s = r.shape
     rows = jnp.broadcast_to(jnp.arange(b)[:, None, None], r.shape)
     cols = jnp.broadcast_to(jnp.arange(c)[None, :, None], r.shape)
     columns = jnp.broadcast_to(row_targets[:, None, :], r.shape)
-    return sums, d_logits.at[rows, cols, columns].add(alpha * r * w)
+    return d_logits.at[rows, cols, columns].add(alpha * r * w)
 
 
-def _sums_and_grads(hidden, head, targets, weights, segments, static, grads):
-    label_smoothing, vocab_size, chunks, alpha = static
+def _sums_and_grads(hidden, head, targets, weights, segments, static, *, grads: bool):
+    _, _, chunks, alpha = static
     pieces = (_pieces(hidden, chunks), _pieces(targets, chunks), _pieces(weights, chunks))
     if alpha > 0:  # each piece's candidates among the whole rows' targets: [chunks, b, c, s]
         pieces += (_pieces(unlikelihood_candidates(targets, weights, segments), chunks),)
@@ -294,8 +318,7 @@ def _sums_and_grads(hidden, head, targets, weights, segments, static, grads):
     def body(d_head_t, xs):
         h, t, w = xs[:3]
         unlikely = (xs[3], targets) if alpha > 0 else None
-        args = (label_smoothing, vocab_size, alpha, grads)
-        sums, d_logits = _piece(h, head, t, w, unlikely, *args)
+        sums, d_logits = _piece(h, head, t, w, unlikely, static, with_grad=grads)
         if not grads:
             return d_head_t, (sums, None)
         d_logits = d_logits.astype(h.dtype)
@@ -318,14 +341,14 @@ def _sums_and_grads(hidden, head, targets, weights, segments, static, grads):
 @functools.partial(jax.custom_vjp, nondiff_argnums=(5, 6, 7, 8))
 def _fused(hidden, head, targets, weights, segments, label_smoothing, vocab_size, chunks, alpha):
     static = (label_smoothing, vocab_size, chunks, alpha)
-    return _sums_and_grads(hidden, head, targets, weights, segments, static, False)[0]
+    return _sums_and_grads(hidden, head, targets, weights, segments, static, grads=False)[0]
 
 
 def _fused_fwd(
     hidden, head, targets, weights, segments, label_smoothing, vocab_size, chunks, alpha
 ):
     static = (label_smoothing, vocab_size, chunks, alpha)
-    totals, grads = _sums_and_grads(hidden, head, targets, weights, segments, static, True)
+    totals, grads = _sums_and_grads(hidden, head, targets, weights, segments, static, grads=True)
     return totals, (grads, weights)
 
 

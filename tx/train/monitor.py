@@ -1,8 +1,5 @@
 """Watching a run: the metrics of the steps since the last report (checked for a non-finite
-loss), a progress line, TensorBoard scalars, MFU from analytic FLOPs.
-
-TensorBoard's event files are written here without TensorFlow (whose file layer reaches no
-S3 and no GCS endpoint but Google's): Event protos framed as TFRecords, through tx.storage.
+loss), a progress line, MFU from analytic FLOPs (its TensorBoard scalars: tx.train.events).
 
 Only process 0 writes anything. On a terminal the progress line updates in place; otherwise
 (logs, CI, SLURM) a plain line is printed every `log_every_steps`.
@@ -10,19 +7,14 @@ Only process 0 writes anything. On a terminal the progress line updates in place
 
 from __future__ import annotations
 
-import itertools
 import math
 import os
 import re
-import socket
-import struct
 import sys
 import time
 
 import jax
-import numpy as np
 
-from tx import storage
 from tx.train.chips import chip
 
 
@@ -117,80 +109,6 @@ class Progress:
             self._last_len = 0
         self.stream.write(text + "\n")
         self.stream.flush()
-
-
-class Summaries:
-    """TensorBoard scalars in `directory` (process 0 only; no-op elsewhere), as
-    `tf.summary.scalar` writes them: 0-d float32 tensors of the "scalars" plugin.
-
-    Each Summaries writes a new event file, flushed at every `scalars` call (tx.storage.Appender:
-    appended to on a local disk; on a bucket the object is written whole again, so a file
-    there is closed and a new one begun past ROLL_BYTES).
-    """
-
-    ROLL_BYTES = 8 << 20
-
-    def __init__(self, directory: str, enabled: bool):
-        self.directory, self.file = directory, None
-        if enabled:
-            self._begin()
-
-    def _begin(self) -> None:
-        from tensorboard.compat.proto import event_pb2
-
-        # Named as TensorFlow names them: time, host, pid, a number within the process.
-        name = (
-            f"events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}."
-            f"{os.getpid()}.{next(_EVENT_FILES)}.v2"
-        )
-        self.file = storage.Appender(storage.join(self.directory, name))
-        self._write(event_pb2.Event(wall_time=time.time(), file_version="brain.Event:2"))
-
-    def _write(self, event) -> None:
-        self.file.write(_record(event.SerializeToString()))
-
-    def scalars(self, step: int, values: dict) -> None:
-        if self.file is None:
-            return
-        from tensorboard.compat.proto import event_pb2, summary_pb2
-        from tensorboard.util import tensor_util
-
-        if storage.is_remote(self.directory) and self.file.size > self.ROLL_BYTES:
-            self._begin()
-        plugin = summary_pb2.SummaryMetadata.PluginData(plugin_name="scalars")
-        metadata = summary_pb2.SummaryMetadata(plugin_data=plugin)
-        summary = summary_pb2.Summary(
-            value=[
-                summary_pb2.Summary.Value(
-                    tag=key,
-                    metadata=metadata,
-                    tensor=tensor_util.make_tensor_proto(np.float32(value)),
-                )
-                for key, value in values.items()
-            ]
-        )
-        self._write(event_pb2.Event(wall_time=time.time(), step=int(step), summary=summary))
-        self.file.flush()
-
-    def close(self) -> None:
-        if self.file is not None:
-            self.file.flush()
-
-
-_EVENT_FILES = itertools.count()
-
-
-def _record(data: bytes) -> bytes:
-    """One TFRecord: length, its masked CRC32C, the data, the data's masked CRC32C."""
-    from tensorboard.compat.tensorflow_stub.pywrap_tensorflow import masked_crc32c
-
-    header = struct.pack("<Q", len(data))
-    return (
-        header
-        + struct.pack("<I", masked_crc32c(header))
-        + data
-        + struct.pack("<I", masked_crc32c(data))
-    )
 
 
 class Throughput:

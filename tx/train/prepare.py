@@ -18,7 +18,7 @@ import time
 import ml_collections
 
 from tx import workdir as wd
-from tx.data import dataset
+from tx.data import dataset, vocabulary
 from tx.data.pipeline import filter_for_training
 from tx.data.sources import DataError, NotPrepared
 from tx.train import init_from, runcard, runlock
@@ -47,7 +47,8 @@ def prepare(cfg: ml_collections.ConfigDict, workdir: str, *, take_over_lock: boo
     started = time.time()
     with runlock.hold(workdir, take_over=take_over_lock):
         wd.check_config(cfg, workdir)
-        tokenizer = init_from.vocabulary(cfg, workdir)  # train.init_from: the source's
+        source = init_from.vocabulary_source(cfg, workdir)  # train.init_from: the source's
+        tokenizer = vocabulary.obtain(cfg.data, workdir, model=cfg.model, source=source)
         splits = {}
         for split in splits_of(cfg.data):
             ids = dataset.split_ids(cfg.data, workdir, tokenizer, split)
@@ -66,7 +67,7 @@ def check_prepared(cfg: ml_collections.ConfigDict, workdir: str, splits: tuple[s
     found = {}  # piece -> what is missing, as this process sees it (NotPrepared's message)
     tokenizer = None
     try:
-        tokenizer = dataset.vocabulary(cfg.data, workdir, build=False)
+        tokenizer = vocabulary.obtain(cfg.data, workdir, build=False)
         for split in splits:
             try:
                 dataset.split_ids(cfg.data, workdir, tokenizer, split, build=False)

@@ -36,6 +36,7 @@ import ml_collections
 
 from tx import storage
 from tx import workdir as wd
+from tx.config import checkout
 
 FORMAT = 1
 PACKAGES = (
@@ -76,8 +77,10 @@ def resolved(cfg: ml_collections.ConfigDict) -> dict:
 
 @functools.cache
 def code_version() -> dict:
-    """The git commit of the tx source tree and whether it had uncommitted changes."""
-    return git_state(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    """The git commit of the tx source tree and whether it had uncommitted changes (None for
+    both in an installed tx: git is asked in a checkout only)."""
+    root = checkout()
+    return git_state(root) if root else {"commit": None, "dirty": None}
 
 
 def git_state(root: str) -> dict:

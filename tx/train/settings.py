@@ -14,7 +14,12 @@ BEST_METRICS = {"dev_bleu": "train.eval_bleu_every_steps", "dev_loss": "train.ev
 
 def defaults() -> dict[str, dict]:
     """Section -> field -> default."""
-    optim = dict(
+    return {"optim": _optim(), "train": _train(), "mesh": _mesh()}
+
+
+def _optim() -> dict:
+    """Adam and the paper's learning-rate schedule (tx.train.optim)."""
+    return dict(
         learning_rate_scale=1.0,  # multiplies d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)
         warmup_steps=4000,
         b1=0.9,
@@ -22,7 +27,11 @@ def defaults() -> dict[str, dict]:
         eps=1e-9,
         grad_clip_norm=0.0,  # 0 = no clipping (the paper does not clip)
     )
-    train = dict(
+
+
+def _train() -> dict:
+    """The loss, the loop, checkpoints and evaluation (tx.train.trainer, tx.train.loop)."""
+    return dict(
         num_steps=100_000,
         # A time budget: stop (saving a checkpoint; `train` again goes on) once this invocation
         # has run this long, data preparation and compiling included; 0 = none.
@@ -72,7 +81,11 @@ def defaults() -> dict[str, dict]:
         # every parameter both have must still have the source's shape.
         init_from_new_params=False,
     )
-    mesh = dict(
+
+
+def _mesh() -> dict:
+    """The device mesh and the sharding rules (tx.train.sharding)."""
+    return dict(
         shape=dict(data=-1, fsdp=1, tensor=1),  # one -1 is filled from the device count
         rules=(  # logical axis -> mesh axes; first rule whose mesh axes are free wins
             ("batch", ("data", "fsdp")),
@@ -89,7 +102,6 @@ def defaults() -> dict[str, dict]:
         # the next collective, sooner than this.
         heartbeat_timeout_secs=100,
     )
-    return {"optim": optim, "train": train, "mesh": mesh}
 
 
 def check(c) -> None:

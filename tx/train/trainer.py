@@ -25,6 +25,7 @@ from flax import linen as nn
 
 from tx.config import model_config
 from tx.model.families import build_model
+from tx.model.layers import traced_on
 from tx.tokens import PAD_ID
 from tx.train import sharding
 from tx.train.losses import (
@@ -133,7 +134,7 @@ def _in_context(trainer: Trainer, fn):
 
     @functools.wraps(fn)
     def wrapped(*args):
-        with trainer.mesh, nn.logical_axis_rules(trainer.layout.rules):
+        with traced_on(trainer.mesh), nn.logical_axis_rules(trainer.layout.rules):
             return fn(*args)
 
     return wrapped

@@ -1,7 +1,6 @@
 """The pictures wing: PNGs drawn from runs (matplotlib, Agg only).
 
     plots.py      the drawing: curves, heat maps, bars
-    events.py     reading TensorBoard event files back
     pictures.py   what the commands draw: learning curves, attention maps, positional encodings
 
 May import: tx.tokens, tx.model, tx.config, tx.workdir, tx.data, tx.train, tx.infer,

@@ -20,8 +20,8 @@ from tx import workdir as wd
 from tx.infer.attention_maps import sentence_maps
 from tx.model.layers import sinusoidal_encoding
 from tx.tokens import EOS_ID
+from tx.train.events import read_scalars
 from tx.viz import plots
-from tx.viz.events import read_scalars
 
 POSITIONS = 128  # positions drawn by positional_picture
 

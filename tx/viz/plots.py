@@ -4,7 +4,7 @@ BLEU by source length. Each function takes plain arrays and returns a matplotlib
 
 Figures are built on `matplotlib.figure.Figure` with the Agg canvas, never through pyplot: no
 display is ever needed and no figure lingers in a global registry. Nothing here runs during
-training: curves are drawn afterwards from the event files (tx.viz.events).
+training: curves are drawn afterwards from the event files (tx.train.events).
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""`python -m tx road NAME`: the seed's experiments on the road to the Transformer, measured.
+"""`python -m tx road NAME`: the seed's experiments on the road to the Transformer, measured
+(the seed: "The Road to the Transformer", defined in docs/road.md).
 
     digits     reverse a list of digits: LSTM without / with attention and a small Transformer
     gradients  the gradient from step T back to step 0: tanh RNN, LSTM, LSTM with open forget gates
@@ -21,10 +22,10 @@ EXPERIMENTS = ("digits", "gradients", "table1", "length")
 
 
 def config_path(path: str) -> str:
-    """`configs/...` relative to the repository (the package's parent), wherever we run."""
-    from tx.paper.tables import ROOT
+    """`configs/...` as one of tx's own configs (tx.config.configs_dir), wherever we run."""
+    from tx.config import configs_dir
 
-    return os.path.join(ROOT, path)
+    return os.path.join(configs_dir(), path.removeprefix("configs/"))
 
 
 def markdown_table(header: list[str], rows: list[list]) -> str:
