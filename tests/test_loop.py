@@ -156,6 +156,20 @@ def test_sigkill_and_resume_is_bitwise_identical(root, vocab, tmp_path, tiny, ki
         np.testing.assert_array_equal(a, b)  # bitwise: params, Adam moments, step, rng
 
 
+def _sigterm_at(cmd, root, step):
+    """(exit code, output) of `cmd` sent SIGTERM once it has logged `step`."""
+    proc = subprocess.Popen(
+        cmd, cwd=root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    deadline = time.time() + 120
+    for line in proc.stdout:
+        if line.startswith(f"step {step}/") or time.time() > deadline:
+            break
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=120)
+    return proc.returncode, out
+
+
 def test_sigterm_saves_a_checkpoint_and_exits_cleanly(root, vocab, tmp_path):
     cmd = _train_cmd(
         tmp_path,
@@ -164,16 +178,8 @@ def test_sigterm_saves_a_checkpoint_and_exits_cleanly(root, vocab, tmp_path):
         "--config.train.checkpoint_every_steps=0",
         "--config.train.checkpoint_every_secs=0",
     )
-    proc = subprocess.Popen(
-        cmd, cwd=root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    )
-    deadline = time.time() + 120
-    for line in proc.stdout:
-        if line.startswith("step 5/") or time.time() > deadline:
-            break
-    proc.send_signal(signal.SIGTERM)
-    out, _ = proc.communicate(timeout=120)
-    assert proc.returncode == 0, out
+    code, out = _sigterm_at(cmd, root, 5)
+    assert code == 0, out
     assert "SIGTERM received: saved step" in out
     step = Checkpointer(str(tmp_path)).latest_step()
     assert step is not None and step >= 5
@@ -183,23 +189,10 @@ def test_sigterm_saves_a_checkpoint_and_exits_cleanly(root, vocab, tmp_path):
 def test_a_stopped_run_end_to_end_is_neither_averaged_nor_scored(root, vocab, tmp_path):
     # `demo` (as `reproduce --run`) trains, averages and scores: a SIGTERM while it trains
     # must end the command with one line, and never score the part trained so far.
-    cmd = _tx_train(
-        tmp_path,
-        f"--config.data.vocab_path={vocab}",
-        "--config.train.num_steps=100000",
-        "--config.train.log_every_steps=1",
-    )
+    cmd = _train_cmd(tmp_path, vocab, 100000)
     cmd[cmd.index("train")] = "demo"
-    proc = subprocess.Popen(
-        cmd, cwd=root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    )
-    deadline = time.time() + 120
-    for line in proc.stdout:
-        if line.startswith("step 3/") or time.time() > deadline:
-            break
-    proc.send_signal(signal.SIGTERM)
-    out, _ = proc.communicate(timeout=120)
-    assert proc.returncode == 2, out
+    code, out = _sigterm_at(cmd, root, 3)
+    assert code == 2, out
     assert f"error: {tmp_path}: training stopped at step " in out
     assert "(SIGTERM received): nothing was averaged or scored" in out
     assert not os.path.exists(tmp_path / "averaged") and "BLEU" not in out
