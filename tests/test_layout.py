@@ -186,9 +186,6 @@ TOO_LONG_FOR_NOW = {
     "tx/eval/evaluate.py:evaluate_split": "evaluate's three modes are being reshaped with "
     "tx/cli/evaluate.py",
     "tx/paper/real_page.py:markdown": "tx/paper is being made to run from an installed tx",
-    "tx/paper/reproduce.py:expected_hours": "tx/paper is being made to run from an installed tx",
-    "tx/paper/reproduce.py:plan_row": "tx/paper is being made to run from an installed tx",
-    "tx/paper/reproduce.py:plan": "tx/paper is being made to run from an installed tx",
 }
 
 

@@ -107,7 +107,7 @@ def hardware(name: str | None) -> Hardware:
 
 
 def expected_hours(
-    table: int, row: Row, scale: Scale, hw: Hardware, steps: int, flops: float, mfu, root: str
+    table: int, row: Row, scale: Scale, hw: Hardware, steps: int, flops: float, *, mfu, root: str
 ):
     """(hours, where the figure comes from) for a row on `hw`: a given --mfu; else the step
     time the TPU compiler estimated for this config on this slice; else the step time a run
@@ -226,7 +226,7 @@ def commands(cfg, row: Row, scale: Scale, workdir: str, overrides=()) -> list[st
 
 
 def plan_row(
-    table: int, row: Row, scale: Scale, root: str, hw: Hardware, mfu=None, overrides=()
+    table: int, row: Row, scale: Scale, root: str, hw: Hardware, *, mfu=None, overrides=()
 ) -> dict:
     cfg = load_row(row, scale, overrides)
     base = load_row(next(r for r in TABLES[table] if r.name == BASE_ROW[table]), scale, overrides)
@@ -235,7 +235,7 @@ def plan_row(
     steps, tokens = cfg.train.num_steps, cfg.data.tokens_per_step
     flops = steps * train_flops_per_step(mc, tokens, tokens, PLAN_LENGTH, PLAN_LENGTH)
     ref = cfg.get("reference") or {}
-    hours, source = expected_hours(table, row, scale, hw, steps, flops, mfu, root)
+    hours, source = expected_hours(table, row, scale, hw, steps, flops, mfu=mfu, root=root)
     return {
         "table": table,
         "row": row.key,
@@ -254,13 +254,13 @@ def plan_row(
     }
 
 
-def plan(table, rows, scale, root, hw: Hardware, mfu=None, overrides=()) -> dict:
+def plan(table, rows, scale, root, hw: Hardware, *, mfu=None, overrides=()) -> dict:
     return {
         "table": table,
         "scale": scale.name,
         "hardware": dataclasses.asdict(hw),
         "plan_length": PLAN_LENGTH,
-        "rows": [plan_row(table, r, scale, root, hw, mfu, overrides) for r in rows],
+        "rows": [plan_row(table, r, scale, root, hw, mfu=mfu, overrides=overrides) for r in rows],
     }
 
 
@@ -414,6 +414,6 @@ def main(
         ):
             print(f"wrote {path}")
     if mode == "plan":
-        p = plan(table, chosen, sized, root, hw, mfu, overrides)
+        p = plan(table, chosen, sized, root, hw, mfu=mfu, overrides=overrides)
         print(json.dumps(p, indent=2) if as_json else format_plan(p))
     return 0
