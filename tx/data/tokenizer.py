@@ -263,6 +263,7 @@ def train_tokenizer(
     sentences: Iterable[str],
     path: str,
     vocab_size: int,
+    *,
     model_type: str = "bpe",
     sample_size: int = 1_000_000,
     character_coverage: float = 1.0,
@@ -306,9 +307,8 @@ def train_tokenizer(
                 num_threads=max(1, os.cpu_count() or 1),
                 minloglevel=2,
                 normalization_rule_name=normalization,
-                # Strips the ends and collapses runs of ASCII spaces only (with "identity", other
-                # spaces such as U+00A0 stay characters): sources already strip lines, and BLEU and
-                # chrF ignore space runs, so the model need not learn to write them.
+                # Strips ends, collapses ASCII space runs (U+00A0 stays a character under
+                # "identity"): sources strip lines and BLEU/chrF ignore space runs.
                 remove_extra_whitespaces=True,
                 split_digits=split_digits,
             )

@@ -132,6 +132,7 @@ def evaluate_split(
     workdir: str,
     split: str,
     loaded=None,
+    *,
     bootstrap: int = 0,
     output: str | None = None,
     by_length: int = 0,
