@@ -98,9 +98,11 @@ def test_a_killed_process_stops_the_other_within_the_timeout(tmp_path, vocab, vi
     code, seconds = _survivor_exit(procs[1 - victim], procs[victim], signal.SIGKILL)
     said = (tmp_path / f"log{1 - victim}").read_text()
     assert code != 0 and seconds < HEARTBEAT + SLACK, (code, seconds, said[-3000:])
-    if code == 2:  # tx noticed first: its one line, at once
+    if code == 2:  # tx noticed first (gloo's broken connection): its one line
+        # How soon is a timing, left to the bound above: CI saw 10.9 s on a loaded 2-core
+        # machine where an idle one takes ~2 s.
         assert f"error: process {1 - victim} of 2: an operation across processes" in said
-        assert TX_SAYS in said and seconds < 10, (seconds, said[-3000:])
+        assert TX_SAYS in said, said[-3000:]
     else:  # JAX noticed first and aborted the process
         assert code == -signal.SIGABRT and JAX_SAYS in said, (code, said[-3000:])
     print(f"victim {victim}: survivor exit {code} after {seconds:.1f} s")
