@@ -12,7 +12,7 @@ RESULTS = os.path.join(os.path.dirname(__file__), "results")
 
 def environment() -> dict:
     return {
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "jax": jax.__version__,
         "backend": jax.default_backend(),
         "devices": jax.device_count(),

@@ -105,7 +105,7 @@ def test_compile_cli_prints_layouts_as_json(root, tiny):
 
 # libtpu: installed in this environment (pip install -e '.[tpu]'), or where the Makefile puts
 # it (.venv/libtpu, kept off the environment's path so that nothing else probes for TPUs).
-LIBTPU = pathlib.Path(__file__).resolve().parents[1] / ".venv" / "libtpu"
+LIBTPU = pathlib.Path(sys.prefix) / "libtpu"  # .venv/libtpu, .venv312/libtpu
 HAS_LIBTPU = importlib.util.find_spec("libtpu") is not None or (LIBTPU / "libtpu").is_dir()
 
 

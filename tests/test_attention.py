@@ -98,5 +98,11 @@ def test_collecting_changes_no_logit(run):
     collected, state = loaded.model.apply(
         {"params": loaded.params}, inputs, targets, mutable=["intermediates"]
     )
-    np.testing.assert_array_equal(np.asarray(plain), np.asarray(collected))
+    # Keeping the weights takes another attention path (the weights as an array of their
+    # own), so the two are float32 evaluations of one function in another order: equal on jax
+    # 0.10.2, 9.5e-7 apart on jax 0.12.1. Bound: test_model.py's first-order rounding bound
+    # (<= 1.8e-3 on logits for a model half this width) grows with the reduction widths, which
+    # are twice as wide here: <= 4e-3. A real change of the function (a mask, a lost scale)
+    # moves logits by >= 0.84 (test_model.py).
+    np.testing.assert_allclose(np.asarray(plain), np.asarray(collected), rtol=0, atol=4e-3)
     assert jax.tree_util.tree_leaves(state)  # and there was something to collect

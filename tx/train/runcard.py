@@ -186,7 +186,7 @@ def _save(workdir: str, card: dict) -> None:
 
 def now() -> str:
     """The time now, UTC, to the second (ISO 8601), as the card records times."""
-    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
 
 
 class Segment:

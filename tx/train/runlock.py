@@ -74,7 +74,7 @@ def _alive(pid: int, started: str | None) -> bool:
 
 
 def _now(timespec: str = "seconds") -> str:
-    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec=timespec)
+    return datetime.datetime.now(datetime.UTC).isoformat(timespec=timespec)
 
 
 def _me() -> dict:
