@@ -26,8 +26,14 @@ from tx.train.trainer import (  # noqa: E402
 )
 from tx.workdir import is_main  # noqa: E402
 
-# Tiny, but divisible by a tensor axis of 8 (heads, d_ff, vocabulary).
-OVERRIDES = ["model.num_heads=8", "data.vocab_size=320", "model.dropout_rate=0.1"]
+# Tiny, but divisible by a tensor axis of 8 (heads, d_ff, vocabulary). One layer: a second
+# has the same shardings and collectives, and only adds to what every process compiles.
+OVERRIDES = [
+    "model.num_heads=8",
+    "data.vocab_size=320",
+    "model.dropout_rate=0.1",
+    "model.num_layers=1",
+]
 # The recurrent family (mode equivalence_rnn): two LSTM layers with attention, units and
 # vocabulary divisible by 8, the tiny config's data settings.
 RNN_OVERRIDES = [
@@ -219,28 +225,59 @@ def save(out, workdir, shape):
 
 
 def restore(out, workdir, shape, optimizer="adam"):
-    cfg = config(tuple(int(x) for x in shape.split(",")), fp64=optimizer == "sgd")
-    opt = equivalence.sgd_keeping_gradients() if optimizer == "sgd" else None
-    trainer = build(cfg, optimizer=opt)
-    state, position = Checkpointer(workdir).restore(STEPS, abstract_train_state(trainer))
+    state, position = _restore(workdir, shape, optimizer)
     np.savez(out, **flat(state))
     json.dump(position, open(out + ".json", "w"))
 
 
-def multiprocess(out, workdir, port, pid):
+def _restore(workdir, shape, optimizer):
+    cfg = config(tuple(int(x) for x in shape.split(",")), fp64=optimizer == "sgd")
+    opt = equivalence.sgd_keeping_gradients() if optimizer == "sgd" else None
+    trainer = build(cfg, optimizer=opt)
+    return Checkpointer(workdir).restore(STEPS, abstract_train_state(trainer))
+
+
+def pair(out, workdir, port, pid):
+    """One of two processes (test_two_processes_train_save_and_decode_like_one), mesh
+    (2, 1, 1): SGD in float64, each process feeding its half of every batch, saved to
+    `workdir` together; then the trained parameters in float32 decode the fixed sentences
+    (_decode), the rows of each batch split over the processes. Process 0 writes OUT (the
+    state), OUT.record.npz, OUT.json and OUT.decoded.json. Float64 only inside enable_x64:
+    decoding fails with x64 on (dynamic_update_slice is given int64 and int32 indices)."""
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
     jax.distributed.initialize(f"localhost:{port}", 2, int(pid))
     per = ROWS // 2
     rows = slice(int(pid) * per, (int(pid) + 1) * per)  # this process's half of each batch
-    state, record = run_sgd((2, 1, 1), rows=rows)
-    ckpt = Checkpointer(workdir)
-    ckpt.save(STEPS, state, {"epoch": 0, "batch": STEPS})
-    ckpt.close()
-    params = flat(state)
+    with jax.enable_x64(True):
+        state, record = run_sgd((2, 1, 1), rows=rows)
+        ckpt = Checkpointer(workdir)
+        ckpt.save(STEPS, state, {"epoch": 0, "batch": STEPS})
+        ckpt.close()
+        params = flat(state)
+        decoded = _float32(state.params)
     if is_main():
         np.savez(out, **params)
         _dump_record(out, record, processes=jax.process_count())
+    _decode(out + ".decoded.json", build(config((2, 1, 1))), decoded)
     jax.distributed.shutdown()
+
+
+def reference(out, workdir):
+    """The pair's one-process side: the same SGD steps on one device (OUT.record.npz,
+    OUT.json), the pair's checkpoint restored (OUT.restored.npz) and its parameters, bit for
+    bit those the pair decoded, decoding the same sentences (OUT.decoded.json)."""
+    with jax.enable_x64(True):
+        _, record = run_sgd((1, 1, 1), devices=jax.devices()[:1])
+        _dump_record(out, record, processes=1)
+        state, _ = _restore(workdir, "1,1,1", "sgd")
+        np.savez(out + ".restored.npz", **flat(state))
+        decoded = _float32(state.params)
+    _decode(out + ".decoded.json", build(config((1, 1, 1))), decoded)
+
+
+def _float32(params):
+    """float64 parameters (trained with x64 on) as the float32 ones a model decodes with."""
+    return jax.tree_util.tree_map(lambda x: x.astype(np.float32), params)
 
 
 def _dump_record(out, record, **extra):
@@ -258,26 +295,29 @@ def translate_ids_run(out, port=None, pid=None):
     if port is not None:
         jax.config.update("jax_cpu_collectives_implementation", "gloo")
         jax.distributed.initialize(f"localhost:{port}", 2, int(pid))
-    _decode(out, *setup((jax.process_count(), 1, 1)))
+    trainer, state = setup((jax.process_count(), 1, 1))
+    _decode(out, trainer, state.params)
     if port is not None:
         jax.distributed.shutdown()
 
 
-def _decode(out, trainer, state):
-    """Beam-decodes 9 fixed sentences; process 0 writes per sentence: best ids, best score,
-    runner-up's score."""
+def _decode(out, trainer, params):
+    """Beam-decodes 9 fixed sentences with float32 `params`; process 0 writes per sentence:
+    best ids, best score, runner-up's score. One bucket of 4 rows: 3 batches of one shape
+    (one search to compile), the last one real row and 3 padding rows, so that with two
+    processes one of them decodes padding alone."""
     import ml_collections
 
     from tx.infer.translate import LoadedModel, translate_ids
 
-    loaded = LoadedModel(trainer.model, state.params, None, "init", trainer.layout)
+    loaded = LoadedModel(trainer.model, params, None, "init", trainer.layout)
     rng = np.random.default_rng(1)
     ids = [np.append(rng.integers(4, 320, n), 1).astype(np.int32) for n in rng.integers(1, 20, 9)]
     decode = ml_collections.ConfigDict(
-        dict(strategy="beam", beam_size=4, alpha=0.6, max_extra_len=5, batch_tokens=64)
+        dict(strategy="beam", beam_size=4, alpha=0.6, max_extra_len=5, batch_tokens=128)
     )
     decode.update(temperature=1.0, top_k=0, seed=0)
-    hyps = translate_ids(loaded, ids, decode, (8, 16, 32), nbest=2)
+    hyps = translate_ids(loaded, ids, decode, (32,), nbest=2)
     if is_main():
         json.dump([[h[0][0].tolist(), h[0][1], h[1][1]] for h in hyps], open(out, "w"))
 
@@ -306,7 +346,8 @@ def interleaved(out, kind, mapping, what, port, pid):
         if is_main():
             _dump_record(out, record, processes=jax.process_count())
     else:
-        _decode(out, *setup(shape, order))
+        trainer, state = setup(shape, order)
+        _decode(out, trainer, state.params)
     jax.distributed.shutdown()
 
 
@@ -324,7 +365,7 @@ def single(out):
 if __name__ == "__main__":
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     mode, out, *args = sys.argv[1:]
-    if mode in ("equivalence", "equivalence_rnn", "multiprocess", "single") or "sgd" in args:
+    if mode in ("equivalence", "equivalence_rnn", "single") or "sgd" in args:
         jax.config.update("jax_enable_x64", True)  # the SGD comparisons run in float64
     {
         "equivalence": equivalence_run,
@@ -332,7 +373,8 @@ if __name__ == "__main__":
         "golden": golden,
         "save": save,
         "restore": restore,
-        "multiprocess": multiprocess,
+        "pair": pair,
+        "reference": reference,
         "single": single,
         "translate": translate_ids_run,
         "interleaved": interleaved,

@@ -18,6 +18,11 @@ SLACK = 20  # seconds beyond it: JAX's check interval and a loaded machine
 # closed), or JAX's own when its heartbeat check or error polling ends the process first.
 TX_SAYS = "another process has most likely died or become unreachable"
 JAX_SAYS = "Terminating process because the JAX distributed service detected fatal errors"
+# What fails or stops here does not depend on the model, and each process spends most of its
+# time compiling: one layer, and LLVM at optimisation level 0 (XLA's own passes run as by
+# default, see tests/test_sharding.py). A process to step 3 took 38 s of CPU, now 20 s.
+SMALL = ("model.num_layers=1",)
+FAST_COMPILE = "--xla_backend_optimization_level=0"
 
 
 def _free_port() -> int:
@@ -30,7 +35,7 @@ def _prepare(workdir, vocab) -> None:
     """`python -m tx prepare` of the runs below, in this process."""
     from tx.train.prepare import prepare
 
-    prepare(Tiny()(f"data.vocab_path={vocab}"), str(workdir))
+    prepare(Tiny()(f"data.vocab_path={vocab}", *SMALL), str(workdir))
 
 
 def _start_two(tmp_path, vocab, *extra, workdir=None, prepared=True) -> list:
@@ -42,7 +47,7 @@ def _start_two(tmp_path, vocab, *extra, workdir=None, prepared=True) -> list:
     port = _free_port()
     env = {
         **os.environ,
-        "XLA_FLAGS": "--xla_force_host_platform_device_count=1",
+        "XLA_FLAGS": f"--xla_force_host_platform_device_count=1 {FAST_COMPILE}",
         "JAX_PLATFORMS": "cpu",
     }
     procs = []
@@ -55,6 +60,7 @@ def _start_two(tmp_path, vocab, *extra, workdir=None, prepared=True) -> list:
             "--config.train.checkpoint_every_steps=1",
             "--config.train.log_every_steps=1",
             f"--config.mesh.heartbeat_timeout_secs={HEARTBEAT}",
+            *(f"--config.{o}" for o in SMALL),
             "--coordinator_address", f"localhost:{port}",
             "--num_processes", "2", "--process_id", str(i),
             *extra,
@@ -64,14 +70,35 @@ def _start_two(tmp_path, vocab, *extra, workdir=None, prepared=True) -> list:
     return procs
 
 
-def _wait_for_step(tmp_path, procs, step: int, timeout: float = 240) -> None:
+def _kill(procs) -> None:
+    """Kills those of `procs` still running: a failed test leaves no training process behind."""
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+        p.wait()
+
+
+def _exit_codes(procs, timeout: float) -> list[int]:
+    """The processes' exit codes, within `timeout` seconds in all."""
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    try:
+        return [p.wait(timeout=max(0.0, deadline - time.monotonic())) for p in procs]
+    finally:
+        _kill(procs)
+
+
+def _wait_for_step(tmp_path, procs, step: int, timeout: float = 240) -> None:
+    """Returns once process 0 logged `step`; else (a process exited, or time ran out) fails."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and all(p.poll() is None for p in procs):
         if f"step {step}/" in (tmp_path / "log0").read_text():
             return
-        assert all(p.poll() is None for p in procs), (tmp_path / "log0").read_text()[-3000:]
         time.sleep(0.2)
-    raise AssertionError("training did not start in time")
+    codes = [p.poll() for p in procs]
+    _kill(procs)
+    raise AssertionError(
+        f"no step {step} (exit codes {codes})", (tmp_path / "log0").read_text()[-3000:]
+    )
 
 
 def _survivor_exit(survivor, victim, how) -> tuple[int, float]:
@@ -81,10 +108,7 @@ def _survivor_exit(survivor, victim, how) -> tuple[int, float]:
     try:
         code = survivor.wait(timeout=HEARTBEAT + SLACK + 60)
     finally:
-        for p in (survivor, victim):
-            if p.poll() is None:
-                p.kill()
-            p.wait()
+        _kill((survivor, victim))
     return code, time.monotonic() - start
 
 
@@ -125,7 +149,7 @@ def test_a_frozen_process_stops_the_other_after_the_heartbeat_timeout(tmp_path, 
 def test_two_processes_on_unprepared_data_stop_at_once_naming_prepare(tmp_path, vocab):
     workdir = tmp_path / "run"
     procs = _start_two(tmp_path, vocab, prepared=False)
-    codes = [p.wait(timeout=180) for p in procs]
+    codes = _exit_codes(procs, timeout=180)
     said = [(tmp_path / f"log{i}").read_text() for i in range(2)]
     assert codes == [2, 2], said
     for text in said:  # the same line on each process, before anything was built
@@ -155,7 +179,7 @@ def test_two_processes_with_prepared_data_in_a_bucket_tokenize_nothing(
     procs = _start_two(
         tmp_path, vocab, "--config.train.num_steps=2", workdir=bucket, prepared=False
     )
-    codes = [p.wait(timeout=240) for p in procs]
+    codes = _exit_codes(procs, timeout=240)
     said = [(tmp_path / f"log{i}").read_text() for i in range(2)]
     assert codes == [0, 0], [text[-3000:] for text in said]
     assert not any("tokenizing" in text for text in said)
