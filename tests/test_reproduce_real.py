@@ -11,6 +11,7 @@ import pytest
 
 from tx.__main__ import main
 from tx.config import ConfigError, load_config
+from tx.data.sources import DataError
 from tx.model.transformer_config import ModelConfig
 from tx.paper import noise, report, reproduce, tables
 from tx.paper.tables import Row, Scale
@@ -189,3 +190,32 @@ def test_the_report_from_cards_alone(tmp_path):
     shutil.copy(md, tmp_path / "first.md")
     report.report(3, chosen, scaled, str(tmp_path / "gone"), str(results))
     assert open(md).read() == (tmp_path / "first.md").read_text()
+
+
+def test_a_row_finished_in_an_earlier_sitting_is_not_trained_again(tmp_path):
+    """A fresh machine has no workdirs: a row whose card --report kept under results/ is
+    skipped when it trained on this same corpus, and trained again when the corpus differs or
+    the card stopped short (here training would fail at once: the corpus has no text)."""
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    sources = {"pair": "en-nl", "built_by": "real_corpus.py", "splits": {"train": 9}}
+    (corpus / "SOURCES.json").write_text(json.dumps(sources))
+    scale = dataclasses.replace(REAL, steps=STEPS, corpus=str(corpus))
+    row = next(r for r in tables.select(3, "D1", scale))
+    results = tmp_path / "results"
+    cards = results / "cards" / "table3-real"
+    cards.mkdir(parents=True)
+    card = _card(row, 10.0, 20.0)
+    card["reproduce"]["corpus"] = reproduce.real.corpus_record(str(corpus))
+    (cards / "D1.json").write_text(json.dumps(card))
+    said = []
+    reproduce._run_rows(3, [row], scale, str(tmp_path), (), said.append, str(results))
+    assert said == [f"[D1] finished in an earlier sitting: skipped (its card in {results})"]
+    steps = card["config"]["train"]["num_steps"]
+    assert reproduce.kept(3, row, scale, steps, str(results)) == card
+    assert reproduce.kept(3, row, scale, steps + 1, str(results)) is None  # stopped short
+    sources["splits"]["train"] = 10  # a rebuilt corpus that came out different
+    (corpus / "SOURCES.json").write_text(json.dumps(sources))
+    assert reproduce.kept(3, row, scale, steps, str(results)) is None
+    with pytest.raises(DataError, match=r"data file not found: .*/corpus/train\.en"):
+        reproduce._run_rows(3, [row], scale, str(tmp_path), (), said.append, str(results))

@@ -36,13 +36,13 @@ def corpus_record(corpus: str) -> dict:
     }
 
 
-def second_seeds(table, rows, scale, root) -> list[Row]:
+def second_seeds(table, rows, scale, root, results: str | None = None) -> list[Row]:
     """The rows (of `rows`) whose first seed's dev PPL or BLEU differs from base by under
     tx.paper.noise.RERUN bands, as SECOND_SEED rows; none until the base row's seeds are done."""
     groups, paper = {}, {}
     for row in rows_at(table, scale):
         card = runcard.load(row_workdir(root, table, row, scale)) or committed_card(
-            table, row, scale
+            table, row, scale, results
         )
         m = measured(table, row, card) if card else {"status": "not run"}
         cfg = card["config"] if card else runcard.resolved(load_row(row, scale))
@@ -61,7 +61,7 @@ def second_seeds(table, rows, scale, root) -> list[Row]:
     ]
 
 
-def seconds_run(table, rows, scale, root) -> list[Row]:
+def seconds_run(table, rows, scale, root, results: str | None = None) -> list[Row]:
     """The second seeds of `rows` that have a run card (in their workdir or kept in results/):
     what a report shows beside the first."""
     if scale.name != "real":
@@ -74,7 +74,7 @@ def seconds_run(table, rows, scale, root) -> list[Row]:
             and row.name != BASE_ROW[table]
             and (
                 runcard.load(row_workdir(root, table, again, scale))
-                or committed_card(table, again, scale)
+                or committed_card(table, again, scale, results)
             )
         ):
             out.append(again)

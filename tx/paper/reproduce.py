@@ -299,35 +299,53 @@ def format_plan(p: dict) -> str:
 # --run
 
 
-def finished(workdir: str, row: Row, num_steps: int) -> bool:
+def finished(card: dict | None, row: Row, num_steps: int) -> bool:
     """Trained to the end and evaluated on the row's split after that."""
-    card = runcard.load(workdir) or {}
-    score = card.get("scores", {}).get(row.split, {})
+    score = (card or {}).get("scores", {}).get(row.split, {})
     return score.get("trained_steps") == num_steps
 
 
-def run(table, rows, scale, root, overrides=(), say=print) -> list[str]:
-    """Trains, averages and evaluates each row not yet finished, then (--scale real) the
-    second seeds the noise asks for (`second_seeds`); returns the workdirs."""
-    done = _run_rows(table, rows, scale, root, overrides, say)
+def kept(table, row: Row, scale: Scale, num_steps: int, results: str) -> dict | None:
+    """The card of a row finished in an earlier sitting and kept under `results` (what
+    --report copies there; a fresh machine has no workdir), when it was trained on this same
+    corpus (--scale real: SOURCES.json's sha256): such a row is not trained again."""
+    card = committed_card(table, row, scale, results)
+    if not finished(card, row, num_steps):
+        return None
     if scale.name == "real":
-        again = real.second_seeds(table, rows, scale, root)
+        theirs = card.get("reproduce", {}).get("corpus", {}).get("sources_sha256")
+        if theirs != real.corpus_record(scale.corpus)["sources_sha256"]:
+            return None
+    return card
+
+
+def run(table, rows, scale, root, overrides=(), say=print, results="results") -> list[str]:
+    """Trains, averages and evaluates each row not yet finished (in its workdir, or `kept` in
+    `results`), then (--scale real) the second seeds the noise asks for (`second_seeds`);
+    returns the workdirs."""
+    done = _run_rows(table, rows, scale, root, overrides, say, results)
+    if scale.name == "real":
+        again = real.second_seeds(table, rows, scale, root, results)
         if again:
             say("second seeds (within 2 bands of base): " + ", ".join(r.key for r in again))
-        done += _run_rows(table, again, scale, root, overrides, say)
+        done += _run_rows(table, again, scale, root, overrides, say, results)
     return done
 
 
-def _run_rows(table, rows, scale, root, overrides, say) -> list[str]:
+def _run_rows(table, rows, scale, root, overrides, say, results) -> list[str]:
     from tx.paper.end_to_end import train_average_evaluate  # downstream of the planning half
 
     done = []
     for row in rows:
         cfg = load_row(row, scale, overrides)
         workdir = row_workdir(root, table, row, scale)
-        if _agreed(finished(workdir, row, cfg.train.num_steps)):
+        steps = cfg.train.num_steps
+        if _agreed(finished(runcard.load(workdir), row, steps)):
             say(f"[{row.key}] finished before: skipped ({workdir})")
             done.append(workdir)
+            continue
+        if _agreed(kept(table, row, scale, steps, results) is not None):
+            say(f"[{row.key}] finished in an earlier sitting: skipped (its card in {results})")
             continue
         check_data(row, cfg)
         say(f"[{row.key}] {spec(row, scale)} -> {workdir}")
@@ -407,11 +425,10 @@ def main(
     if mode == "run":
         if scale == "real":
             real.corpus_record(corpus)  # the corpus is there, before any row starts
-        run(table, chosen, sized, root, overrides)
+        run(table, chosen, sized, root, overrides, results=results)
     if mode in ("run", "report"):
-        for path in report(
-            table, chosen + real.seconds_run(table, chosen, sized, root), sized, root, results
-        ):
+        shown = chosen + real.seconds_run(table, chosen, sized, root, results)
+        for path in report(table, shown, sized, root, results):
             print(f"wrote {path}")
     if mode == "plan":
         p = plan(table, chosen, sized, root, hw, mfu=mfu, overrides=overrides)
