@@ -11,7 +11,6 @@ import pytest
 
 from tx.__main__ import main
 from tx.config import ConfigError, load_config
-from tx.data.sources import DataError
 from tx.model.transformer_config import ModelConfig
 from tx.paper import noise, report, reproduce, tables
 from tx.paper.tables import Row, Scale
@@ -195,11 +194,13 @@ def test_the_report_from_cards_alone(tmp_path):
 def test_a_row_finished_in_an_earlier_sitting_is_not_trained_again(tmp_path):
     """A fresh machine has no workdirs: a row whose card --report kept under results/ is
     skipped when it trained on this same corpus, and trained again when the corpus differs or
-    the card stopped short (here training would fail at once: the corpus has no text)."""
+    the card stopped short (here a corpus without its training text stops it at once)."""
     corpus = tmp_path / "corpus"
     corpus.mkdir()
-    sources = {"pair": "en-nl", "built_by": "real_corpus.py", "splits": {"train": 9}}
+    sources = {"pair": "en-nl", "built_by": "real_corpus.py", "splits": {"train": 1}}
     (corpus / "SOURCES.json").write_text(json.dumps(sources))
+    for name in ("train.en", "train.nl", "dev.en", "dev.nl", "test.en", "test.nl"):
+        (corpus / name).write_text("A line.\n")
     scale = dataclasses.replace(REAL, steps=STEPS, corpus=str(corpus))
     row = next(r for r in tables.select(3, "D1", scale))
     results = tmp_path / "results"
@@ -214,8 +215,11 @@ def test_a_row_finished_in_an_earlier_sitting_is_not_trained_again(tmp_path):
     steps = card["config"]["train"]["num_steps"]
     assert reproduce.kept(3, row, scale, steps, str(results)) == card
     assert reproduce.kept(3, row, scale, steps + 1, str(results)) is None  # stopped short
-    sources["splits"]["train"] = 10  # a rebuilt corpus that came out different
+    sources["seconds"] = 160.1  # rebuilt another day, the same text: still the same corpus
     (corpus / "SOURCES.json").write_text(json.dumps(sources))
+    assert reproduce.kept(3, row, scale, steps, str(results)) == card
+    (corpus / "dev.nl").write_text("Een regel.\n")  # a rebuilt corpus whose text differs
     assert reproduce.kept(3, row, scale, steps, str(results)) is None
-    with pytest.raises(DataError, match=r"data file not found: .*/corpus/train\.en"):
+    (corpus / "train.en").unlink()
+    with pytest.raises(ConfigError, match=r"/corpus/train\.en is missing: rebuild .*/corpus"):
         reproduce._run_rows(3, [row], scale, str(tmp_path), (), said.append, str(results))

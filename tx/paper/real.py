@@ -33,7 +33,23 @@ def corpus_record(corpus: str) -> dict:
         "built_by": sources["built_by"],
         "splits": sources["splits"],
         "sources_sha256": hashlib.sha256(text.encode("utf-8")).hexdigest(),
+        "text_sha256": text_sha256(corpus, sources["pair"]),
     }
+
+
+def text_sha256(corpus: str, pair: str) -> str:
+    """One sha256 of the corpus's six text files ({train,dev,test}.{src,tgt}, each file's own
+    sha256 in that order): the same text gives the same value wherever and whenever it was
+    built (SOURCES.json also records how long the build took)."""
+    files = [f"{split}.{lang}" for split in ("train", "dev", "test") for lang in pair.split("-")]
+    joined = "".join(storage.sha256(storage.join(corpus, f)) for f in files if _there(corpus, f))
+    return hashlib.sha256(joined.encode("ascii")).hexdigest()
+
+
+def _there(corpus: str, name: str) -> bool:
+    if not storage.exists(storage.join(corpus, name)):
+        raise ConfigError(f"{storage.join(corpus, name)} is missing: rebuild {corpus}")
+    return True
 
 
 def second_seeds(table, rows, scale, root, results: str | None = None) -> list[Row]:

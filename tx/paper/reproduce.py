@@ -308,13 +308,14 @@ def finished(card: dict | None, row: Row, num_steps: int) -> bool:
 def kept(table, row: Row, scale: Scale, num_steps: int, results: str) -> dict | None:
     """The card of a row finished in an earlier sitting and kept under `results` (what
     --report copies there; a fresh machine has no workdir), when it was trained on this same
-    corpus (--scale real: SOURCES.json's sha256): such a row is not trained again."""
+    corpus (--scale real: the sha256 of its text, `real.text_sha256`): such a row is not
+    trained again."""
     card = committed_card(table, row, scale, results)
     if not finished(card, row, num_steps):
         return None
     if scale.name == "real":
-        theirs = card.get("reproduce", {}).get("corpus", {}).get("sources_sha256")
-        if theirs != real.corpus_record(scale.corpus)["sources_sha256"]:
+        theirs = card.get("reproduce", {}).get("corpus", {}).get("text_sha256")
+        if theirs != real.corpus_record(scale.corpus)["text_sha256"]:
             return None
     return card
 
