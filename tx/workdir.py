@@ -43,6 +43,7 @@ FIXED_KEYS = (
     "data.src_lang",
     "data.tgt_lang",
     "data.train_prefix",
+    "data.train_weights",  # the epoch's plan: a resumed position means another batch otherwise
     "data.spm_model_type",
     "data.spm_normalization",
     "data.spm_split_digits",

@@ -18,8 +18,8 @@ import ml_collections
 from tx import storage
 from tx import workdir as wd
 from tx.data import sources
-from tx.data.pipeline import Batch, BatchSpec, TrainStream, filter_for_training
-from tx.data.token_cache import TokenizedSplit, tokenized
+from tx.data.pipeline import Batch, BatchSpec, Mix, TrainStream, filter_for_training
+from tx.data.token_cache import TokenizedSplit, joined, tokenized
 from tx.data.tokenizer import Tokenizer
 
 
@@ -37,16 +37,19 @@ def split_ids(
 ) -> TokenizedSplit:
     """Token ids of `split`, from the workdir's cache (tokenized once). `build=False`:
     NotPrepared (naming "the <split> split" and the missing cache, or the source object
-    without a recorded sha256) instead of tokenizing."""
-    text = sources.load_split(data, split, records=source_records(workdir), build=build)
-    return tokenized(
-        text,
-        tokenizer,
-        wd.data_dir(workdir),
-        data.num_workers,
-        build=build,
-        name=f"the {split} split",
-    )
+    without a recorded sha256) instead of tokenizing. Several training corpora
+    (data.train_prefix with commas) are each cached on their own and joined in order
+    (`corpus_sizes` says where each ends)."""
+    records = source_records(workdir)
+    if data.source == "text" and split == "train":
+        texts = sources.train_corpora(data, records=records, build=build)
+    else:
+        texts = [sources.load_split(data, split, records=records, build=build)]
+    cache, name = wd.data_dir(workdir), f"the {split} split"
+    parts = [
+        tokenized(t, tokenizer, cache, data.num_workers, build=build, name=name) for t in texts
+    ]
+    return joined(parts)
 
 
 def split_text(data: ml_collections.ConfigDict, split: str) -> list[tuple[str, str]]:
@@ -82,7 +85,21 @@ def train_stream(
     """The resumable training stream and the filter counts (dropped pairs are logged)."""
     ids = split_ids(data, workdir, tokenizer, "train", build=build)
     keep, counts = filter_for_training(ids, data.max_len)
-    return TrainStream(ids, keep, spec, position), counts
+    return TrainStream(ids, keep, spec, position, mix(data, ids)), counts
+
+
+def mix(data: ml_collections.ConfigDict, ids: TokenizedSplit) -> Mix | None:
+    """The weighted mix of the training corpora (data.train_weights), recorded in each
+    corpus's entry of `ids.source` (the run card's); None: one corpus, or corpora unweighted
+    (read as one, each by its size)."""
+    weights = tuple(data.get("train_weights", ()))
+    if len(weights) < 2:  # one corpus: its one weight changes nothing
+        return None
+    names = [c["name"] for c in ids.source["corpora"]]
+    found = Mix.of(ids.corpus_sizes, weights, names)
+    for corpus, weight, share in zip(ids.source["corpora"], weights, found.shares, strict=True):
+        corpus.update(weight=weight, share=share)
+    return found
 
 
 def prefetch(stream: Iterator[Batch], buffer: int = 2) -> Iterator[Batch]:

@@ -83,6 +83,65 @@ class BatchSpec:
 
 
 @dataclasses.dataclass(frozen=True)
+class Mix:
+    """Several training corpora sampled by weight (data.train_weights), as fairseq's and
+    OpenNMT's weighted corpora: each epoch draws round(share x kept pairs) pairs of each
+    corpus, without replacement within a pass over it (a corpus smaller than its share is
+    passed over again, a larger one in part), so an epoch holds each corpus's share exactly
+    and the pairs' order is a pure function of (seed, epoch), as a single corpus's is.
+
+    `corpus_of` [n]: each pair's corpus, an index into `shares` (which sum to 1) and `names`.
+    """
+
+    corpus_of: np.ndarray
+    shares: tuple[float, ...]
+    names: tuple[str, ...]
+
+    @classmethod
+    def of(cls, sizes, weights, names) -> Mix:
+        """The mix of corpora of `sizes` pairs (in order, as tx.data.token_cache.joined puts
+        them one after another) with `weights` (any positive scale)."""
+        total = float(sum(weights))
+        corpus_of = np.repeat(np.arange(len(sizes)), sizes).astype(np.int32)
+        return cls(corpus_of, tuple(float(w) / total for w in weights), tuple(names))
+
+    def counts(self, keep: np.ndarray) -> np.ndarray:
+        """Pairs of each corpus an epoch draws (at least one of each)."""
+        return np.maximum(np.rint(np.asarray(self.shares) * len(keep)).astype(np.int64), 1)
+
+    def members(self, keep: np.ndarray) -> list[np.ndarray]:
+        """The kept pairs of each corpus; a corpus left with none is an error naming it."""
+        out = [keep[self.corpus_of[keep] == c] for c in range(len(self.shares))]
+        for c, m in enumerate(out):
+            if len(m) == 0:
+                raise DataError(
+                    f"training corpus {self.names[c]} has no pairs left after filtering "
+                    "(every pair empty or longer than data.max_len), but data.train_weights "
+                    f"gives it {self.shares[c]:.1%} of the pairs"
+                )
+        return out
+
+    def draw(self, keep: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """One epoch's pairs, shuffled across corpora."""
+        parts = []
+        for members, need in zip(self.members(keep), self.counts(keep), strict=True):
+            passes = -(-int(need) // len(members))
+            parts += [
+                np.concatenate([members[rng.permutation(len(members))] for _ in range(passes)])[
+                    :need
+                ]
+            ]
+        order = np.concatenate(parts)
+        return order[rng.permutation(len(order))]
+
+    def frequency(self, keep: np.ndarray) -> np.ndarray:
+        """[len(keep)]: how many times an epoch draws each kept pair, on average."""
+        members = self.members(keep)
+        per_corpus = self.counts(keep) / np.array([len(m) for m in members])
+        return per_corpus[self.corpus_of[keep]]
+
+
+@dataclasses.dataclass(frozen=True)
 class PlannedBatch:
     """One global batch: its padded length and, per row, the example indices it holds."""
 
@@ -110,25 +169,38 @@ def filter_for_training(split: TokenizedSplit, max_len: int) -> tuple[np.ndarray
 
 
 def step_rows(
-    src_len: np.ndarray, tgt_len: np.ndarray, keep: np.ndarray, spec: BatchSpec
+    src_len: np.ndarray,
+    tgt_len: np.ndarray,
+    keep: np.ndarray,
+    spec: BatchSpec,
+    mix: Mix | None = None,
 ) -> dict[int, int]:
     """Real (non-empty) rows per batch for each padded length: the real-token budget, on
-    average, independent of the devices (batches are then padded: `BatchSpec.padded`).
+    average, independent of the devices (batches are then padded: `BatchSpec.padded`). With a
+    `mix`, the means are over the pairs as an epoch draws them (`Mix.frequency`).
 
     A pure function of the lengths (and `spec.seed`, data.shuffle_seed, for packing), so every
     process and every resume computes the same shapes.
     """
     mean_side = (src_len[keep] + tgt_len[keep]) / 2.0  # real tokens per pair and side
     if spec.pack:  # the mean fill of a packed row, measured on a sample of the data
-        sample = np.random.default_rng([spec.seed, 2**31]).permutation(keep)[:PACK_SAMPLE]
+        rng = np.random.default_rng([spec.seed, 2**31])
+        pool = keep if mix is None else mix.draw(keep, rng)
+        sample = rng.permutation(pool)[:PACK_SAMPLE]
         packed = _pack_rows(sample, src_len, tgt_len, spec)
         fill = (src_len[sample].sum() + tgt_len[sample].sum()) / 2.0 / len(packed)
         return {spec.max_len: spec.rows_for(spec.max_len, fill)}
     bucket_of = _bucket_of(keep, src_len, tgt_len, spec)
+    drawn = None if mix is None else mix.frequency(keep)
     out = {}
     for b, length in enumerate(spec.bucket_lengths):
-        in_bucket = mean_side[bucket_of == b]
-        mean = in_bucket.mean() if len(in_bucket) else float(length)
+        here = bucket_of == b
+        if not here.any():
+            mean = float(length)
+        elif drawn is None:
+            mean = mean_side[here].mean()
+        else:
+            mean = np.average(mean_side[here], weights=drawn[here])
         out[int(length)] = spec.rows_for(int(length), mean)
     return out
 
@@ -146,14 +218,16 @@ def plan_epoch(
     spec: BatchSpec,
     epoch: int,
     rows: dict[int, int] | None = None,
+    mix: Mix | None = None,
 ) -> list[PlannedBatch]:
-    """The shuffled list of global batches of one epoch (every kept pair exactly once).
+    """The shuffled list of global batches of one epoch (every kept pair exactly once; with a
+    `mix`, each corpus's share of pairs, `Mix.draw`).
 
     `rows` is `step_rows(...)` (computed here when not given).
     """
-    rows = rows or step_rows(src_len, tgt_len, keep, spec)
+    rows = rows or step_rows(src_len, tgt_len, keep, spec, mix)
     rng = np.random.default_rng([spec.seed, epoch])
-    order = keep[rng.permutation(len(keep))]
+    order = keep[rng.permutation(len(keep))] if mix is None else mix.draw(keep, rng)
     if spec.pack:
         packed = _pack_rows(order, src_len, tgt_len, spec)
         batches = _batch_packed(packed, spec.max_len, rows[spec.max_len], spec.padded)
@@ -237,22 +311,28 @@ class TrainStream:
     """
 
     def __init__(
-        self, split: TokenizedSplit, keep: np.ndarray, spec: BatchSpec, position: dict | None = None
+        self,
+        split: TokenizedSplit,
+        keep: np.ndarray,
+        spec: BatchSpec,
+        position: dict | None = None,
+        mix: Mix | None = None,
     ):
         if len(keep) == 0:
             raise DataError(
                 "no training pairs left after filtering: every pair is empty or longer than "
                 "data.max_len (or was left out by data.on_bad_line=skip)"
             )
-        self.split, self.keep, self.spec = split, keep, spec
+        self.split, self.keep, self.spec, self.mix = split, keep, spec, mix
         self._src_len, self._tgt_len = split.src_lengths, split.tgt_lengths
-        self.rows = step_rows(self._src_len, self._tgt_len, keep, spec)
+        self.rows = step_rows(self._src_len, self._tgt_len, keep, spec, mix)
         position = position or {"epoch": 0, "batch": 0}
         self.epoch, self.batch = int(position["epoch"]), int(position["batch"])
         self._plan = self._plan_of(self.epoch)
 
     def _plan_of(self, epoch: int) -> list[PlannedBatch]:
-        return plan_epoch(self._src_len, self._tgt_len, self.keep, self.spec, epoch, self.rows)
+        src, tgt = self._src_len, self._tgt_len
+        return plan_epoch(src, tgt, self.keep, self.spec, epoch, self.rows, self.mix)
 
     @property
     def position(self) -> dict:
@@ -275,16 +355,19 @@ class TrainStream:
         return self._plan
 
 
-def padding_efficiency(split: TokenizedSplit, keep: np.ndarray, spec: BatchSpec) -> dict:
+def padding_efficiency(
+    split: TokenizedSplit, keep: np.ndarray, spec: BatchSpec, mix: Mix | None = None
+) -> dict:
     """Over one epoch's batches: non-padding / all tokens (both sides together), the mean
     real source and target tokens per step (the paper's "about 25,000" each), and per batch
     length its rows (real and padded to the shards) and mean real tokens per batch."""
     src_len, tgt_len = split.src_lengths, split.tgt_lengths
-    plan = plan_epoch(src_len, tgt_len, keep, spec, 0)
-    real_src, real_tgt = int(src_len[keep].sum()), int(tgt_len[keep].sum())
+    plan = plan_epoch(src_len, tgt_len, keep, spec, 0, mix=mix)
+    drawn = np.array([i for b in plan for row in b.rows for i in row], np.int64)
+    real_src, real_tgt = int(src_len[drawn].sum()), int(tgt_len[drawn].sum())
     total = sum(2 * len(b.rows) * b.length for b in plan)
     per_length = {}
-    for length, rows in step_rows(src_len, tgt_len, keep, spec).items():
+    for length, rows in step_rows(src_len, tgt_len, keep, spec, mix).items():
         batches = [b for b in plan if b.length == length]
         src = sum(int(src_len[i].sum()) for b in batches for i in b.rows if i)
         tgt = sum(int(tgt_len[i].sum()) for b in batches for i in b.rows if i)

@@ -18,7 +18,13 @@ def defaults() -> dict[str, dict]:
         source="tfds",  # "tfds" | "text" | "demo" | "trees" (parsing: configs/table4.py)
         tfds_name="wmt14_translate/de-en",  # dev newstest2013, test newstest2014
         tfds_data_dir=placeholder(str),  # None -> TFDS default (~/tensorflow_datasets)
-        train_prefix="",  # text: <prefix>.<lang> files, one sentence per line; trees: a glob
+        # text: <prefix>.<lang> files, one sentence per line, or several corpora's prefixes
+        # separated by commas (each tokenized and cached on its own); trees: a glob
+        train_prefix="",
+        # text, several training corpora: each one's share of the sampled pairs, in
+        # train_prefix's order (e.g. (1, 3): one pair of the first for three of the second,
+        # every epoch, the smaller corpus repeated); () -> each corpus by its size, as one
+        train_weights=(),
         dev_prefix="",
         test_prefix="",
         # text: the dev / test files must be these sacreBLEU test sets (the sha256 of source and
@@ -77,6 +83,7 @@ def check(c) -> None:
                 f"data.{key}={d[key]!r} checks text files against sacreBLEU's: it needs "
                 f"data.source='text', not {d.source!r}"
             )
+    _check_weights(c, d)
     buckets = d.bucket_lengths
     if not isinstance(buckets, (tuple, list)) or not all(
         isinstance(b, int) and not isinstance(b, bool) for b in buckets
@@ -92,3 +99,28 @@ def check(c) -> None:
             f"data.tokens_per_step={d.tokens_per_step} cannot hold one row of the longest "
             f"bucket ({buckets[-1]})"
         )
+
+
+def _check_weights(c, d) -> None:
+    """data.train_weights: one positive number per corpus of data.train_prefix (text)."""
+    weights = d.get("train_weights", ())
+    if not weights:
+        return
+    if d.source != "text":
+        c.fail(
+            f"data.train_weights weighs text corpora: it needs data.source='text', not {d.source!r}"
+        )
+    corpora = train_prefixes(d.train_prefix)
+    if not isinstance(weights, (tuple, list)) or len(weights) != len(corpora):
+        c.fail(
+            f"data.train_weights={weights!r} must give one weight per corpus of "
+            f"data.train_prefix ({len(corpora)}: {', '.join(corpora) or 'none'})"
+        )
+    for w in weights:
+        if isinstance(w, bool) or not isinstance(w, (int, float)) or not 0 < w < float("inf"):
+            c.fail(f"data.train_weights={tuple(weights)!r}: each weight must be a positive number")
+
+
+def train_prefixes(train_prefix: str) -> list[str]:
+    """The corpora data.train_prefix names (text source): its comma-separated prefixes."""
+    return [p.strip() for p in train_prefix.split(",") if p.strip()]

@@ -33,7 +33,7 @@ import ml_collections
 from tx import storage
 from tx.data import demo_corpus, external
 from tx.data import trees as parsing
-from tx.data.settings import ON_BAD_LINE, SOURCES
+from tx.data.settings import ON_BAD_LINE, SOURCES, train_prefixes
 
 SPLITS = ("train", "dev", "test")
 
@@ -95,14 +95,15 @@ def load_split(
 def _load_split(data, split: str, records: str | None, build: bool) -> ParallelText:
     if data.source == "demo":
         return demo_split(data, split)
+    if data.source == "text" and split == "train":
+        return joined(train_corpora(data, records, build))
     if data.source == "text":
-        prefix = {"train": data.train_prefix, "dev": data.dev_prefix, "test": data.test_prefix}
+        prefix = {"dev": data.dev_prefix, "test": data.test_prefix}
         if not prefix[split]:
             raise DataError(f"data.{split}_prefix is not set (needed for data.source='text')")
         # Only training text may skip bad lines (None: no choice): dev and test are scored whole.
-        on_bad_line = data.get("on_bad_line", "error") if split == "train" else None
         text = text_split(
-            prefix[split], data.src_lang, data.tgt_lang, on_bad_line, records=records, build=build
+            prefix[split], data.src_lang, data.tgt_lang, None, records=records, build=build
         )
         key = f"sacrebleu_{split}_set"
         if build and data.get(key):  # dev or test: the files are sacreBLEU's test set
@@ -119,6 +120,36 @@ def _load_split(data, split: str, records: str | None, build: bool) -> ParallelT
         return tree_split(_tree_pattern(data, split), records=records, build=build)
     *rest, last = map(repr, SOURCES)
     raise DataError(f"data.source must be {', '.join(rest)} or {last}, got {data.source!r}")
+
+
+def train_corpora(
+    data: ml_collections.ConfigDict, records: str | None = None, build: bool = True
+) -> list[ParallelText]:
+    """The training corpora of data.source='text', one per prefix of data.train_prefix (the
+    corpora data.train_weights weighs), in its order."""
+    prefixes = train_prefixes(data.train_prefix)
+    if not prefixes:
+        raise DataError("data.train_prefix is not set (needed for data.source='text')")
+    on_bad_line = data.get("on_bad_line", "error")
+    return [
+        text_split(p, data.src_lang, data.tgt_lang, on_bad_line, records=records, build=build)
+        for p in prefixes
+    ]
+
+
+def joined(texts: list[ParallelText]) -> ParallelText:
+    """Several corpora read as one, in order (the vocabulary learns from all of them); one
+    corpus is itself."""
+    if len(texts) == 1:
+        return texts[0]
+
+    def pairs():
+        for text in texts:
+            yield from text
+
+    fingerprint = _sha(":".join(t.fingerprint for t in texts))
+    provenance = {"corpora": [{"name": t.name, **t.provenance} for t in texts]}
+    return ParallelText(" + ".join(t.name for t in texts), fingerprint, pairs, provenance)
 
 
 def demo_split(data: ml_collections.ConfigDict, split: str) -> ParallelText:

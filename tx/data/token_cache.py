@@ -57,6 +57,8 @@ class TokenizedSplit:
     tgt_offsets: np.ndarray
     # The text it was tokenized from (ParallelText's name, fingerprint and provenance).
     source: dict = dataclasses.field(default_factory=dict)
+    # Several corpora in one (`joined`): each one's pairs, in order ((): one corpus).
+    corpus_sizes: tuple[int, ...] = ()
 
     def __len__(self) -> int:
         return len(self.src_offsets) - 1
@@ -108,6 +110,32 @@ def tokenized(
     results = _encode_all(text, tokenizer, workers)
     (_write_remote if storage.is_remote(path) else _write)(path, results)
     return _with_source(_load(path), text)
+
+
+def joined(parts: list[TokenizedSplit]) -> TokenizedSplit:
+    """Several corpora's cached ids as one split, in order (pair i of the second follows the
+    last of the first); `corpus_sizes` keeps where each ends, `source` names each corpus with
+    its pairs. One part is itself. The ids are copied into memory (the caches stay as they
+    are, each reused by any run that reads its corpus)."""
+    if len(parts) == 1:
+        return parts[0]
+
+    def offsets(key: str) -> np.ndarray:
+        ends = np.cumsum([0] + [int(getattr(p, key)[-1]) for p in parts[:-1]])
+        return np.concatenate(
+            [[0]] + [np.asarray(getattr(p, key)[1:]) + e for p, e in zip(parts, ends, strict=True)]
+        ).astype(np.int64)
+
+    corpora = [{**p.source, "pairs": len(p)} for p in parts]
+    name = " + ".join(str(p.source.get("name", "?")) for p in parts)
+    return TokenizedSplit(
+        np.concatenate([np.asarray(p.src_ids) for p in parts]),
+        offsets("src_offsets"),
+        np.concatenate([np.asarray(p.tgt_ids) for p in parts]),
+        offsets("tgt_offsets"),
+        source={"name": name, "corpora": corpora},
+        corpus_sizes=tuple(len(p) for p in parts),
+    )
 
 
 def _with_source(split: TokenizedSplit, text: ParallelText) -> TokenizedSplit:

@@ -49,9 +49,11 @@ def batches_on(cfg: ml_collections.ConfigDict, *, devices: int, run: str | None 
         workdir.require_run(run)
         tokenizer = Tokenizer(workdir.vocab_file(run))
         split, lengths = dataset.split_ids(cfg.data, run, tokenizer, "train"), f"train of {run}"
+        mix = dataset.mix(cfg.data, split)
     else:
         split, lengths = wmt_like(1_000_000), "a WMT'14 EN-DE-like length model (1M pairs)"
+        mix = None
     keep, _ = filter_for_training(split, cfg.data.max_len)
-    report = padding_efficiency(split, keep, spec)
+    report = padding_efficiency(split, keep, spec, mix)
     report.pop("shapes")
     return {"devices": devices, "data_shards": shards, "lengths": lengths, **report}
