@@ -198,6 +198,12 @@ def test_build_false_does_not_read_a_source_object_without_its_record(where, voc
         dataset.split_ids(cfg.data, workdir, tok, "dev", build=False)
     assert e.value.path == f"{prefixes['dev']}.en" and e.value.what == "the dev split"
     assert "has no record in" in str(e.value)
+    # Several training corpora (data.train_prefix with commas): named as the train split too.
+    both = f"data.train_prefix={prefixes['train']},{prefixes['test']}"
+    cfg = text_config(tiny, prefixes, f"data.vocab_path={vocab}", both)
+    with pytest.raises(sources.NotPrepared) as e:
+        dataset.split_ids(cfg.data, workdir, tok, "train", build=False)
+    assert e.value.path == f"{prefixes['train']}.en" and e.value.what == "the train split"
     dataset.split_ids(cfg.data, workdir, tok, "dev")
     # A source object rewritten since (a new version) is not prepared either.
     de = f"{prefixes['dev']}.de"

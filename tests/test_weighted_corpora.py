@@ -48,7 +48,8 @@ def test_an_epoch_holds_each_corpus_its_share_and_repeats_a_pair_only_after_the_
     pairs = drawn_pairs(plan)
     corpus = mix.corpus_of[pairs]
     assert (np.bincount(corpus) == mix.counts(keep)).all()
-    assert mix.counts(keep).tolist() == [round(len(keep) / 4), round(3 * len(keep) / 4)]
+    exact = np.array([0.25, 0.75]) * len(keep)
+    assert mix.counts(keep).sum() == len(keep) and (abs(mix.counts(keep) - exact) < 1).all()
     a, b = keep[mix.corpus_of[keep] == 0], keep[mix.corpus_of[keep] == 1]
     # The larger corpus in part, each pair once; the smaller passed over whole 5 or 6 times.
     assert len(set(pairs[corpus == 0].tolist())) == (corpus == 0).sum() < len(a)
@@ -74,17 +75,47 @@ def test_the_drawn_order_keeps_the_shares_within_their_binomial_bound():
     mix = Mix.of(split.corpus_sizes, (1, 3), ("a", "b"))
     p = mix.counts(keep)[1] / mix.counts(keep).sum()
     for seed in range(20):
-        order = mix.draw(keep, np.random.default_rng([seed, 0]))
+        order = mix.draw(keep, seed, 0, np.random.default_rng([seed, 0]))
         for n in (50, 200):
             from_b = int((mix.corpus_of[order[:n]] == 1).sum())
             assert abs(from_b - n * p) <= 4 * math.sqrt(n * p * (1 - p)), (seed, n, from_b)
 
 
-def test_a_resumed_weighted_stream_gives_the_same_next_batch():
+def test_no_pair_comes_round_again_before_every_pair_of_its_corpus_has():
+    """Over epochs: a 1000-pair corpus drawn 110 pairs an epoch (a pass over it spans about 9
+    epochs) and a 90-pair corpus drawn 1,100 an epoch (12 passes and a part): after any number
+    of epochs, the pairs of a corpus have each been drawn k or k + 1 times."""
+    split = two_corpora(big=1000, small=90)
+    keep, _ = filter_for_training(split, 48)
+    mix = Mix.of(split.corpus_sizes, (1, 10), ("a", "b"))
+    assert mix.counts(keep).sum() == len(keep)  # largest remainders: an epoch of kept pairs
+    seen = np.zeros(len(split), np.int64)
+    members = mix.members(keep)
+    for epoch in range(12):
+        rng = np.random.default_rng([7, epoch])
+        np.add.at(seen, mix.draw(keep, 7, epoch, rng), 1)
+        for m in members:
+            assert seen[m].max() - seen[m].min() <= 1, epoch
+    assert seen[members[0]].min() >= 1  # a pass over the larger corpus completed
+
+
+@pytest.mark.parametrize(
+    "weights,n,counts",
+    # 3.33 each: the first's remainder wins the tie; 0.0055, 5.497, 5.497: the floor of one
+    # pair of each adds one beyond the kept pairs
+    [((1, 1, 1), 10, [4, 3, 3]), ((1, 1000, 1000), 11, [1, 6, 5])],
+)
+def test_counts_add_up_to_the_kept_pairs_with_one_of_each_at_least(weights, n, counts):
+    mix = Mix.of((4, 4, 4), weights, ("a", "b", "c"))
+    assert mix.counts(np.arange(n)).tolist() == counts
+
+
+@pytest.mark.parametrize("pack", [False, True])
+def test_a_resumed_weighted_stream_gives_the_same_next_batch(pack):
     split = two_corpora()
     keep, _ = filter_for_training(split, 48)
     mix = Mix.of(split.corpus_sizes, (2, 1), ("a", "b"))
-    spec = BatchSpec(BUCKETS, tokens_per_step=256, max_len=48, seed=5)
+    spec = BatchSpec(BUCKETS, tokens_per_step=256, max_len=48, seed=5, pack=pack)
     stream = TrainStream(split, keep, spec, mix=mix)
     for _ in range(len(stream.epoch_plan()) + 3):  # into the second epoch
         batch = next(stream)
@@ -170,7 +201,8 @@ def test_a_run_reads_weighted_text_corpora_and_names_each_on_its_card(corpora, t
         f"{corpora}/domain/train.de",
     }
     pairs = drawn_pairs(stream.epoch_plan())
-    assert np.bincount(stream.mix.corpus_of[pairs]).tolist() == [12, 38]  # 0.25 and 0.75 of 50
+    # 12.5 and 37.5 of 50 pairs: the tie of remainders goes to the first
+    assert np.bincount(stream.mix.corpus_of[pairs]).tolist() == [13, 37]
     # Unweighted, several corpora read as one: the same batches as the two in one file.
     plain = _data(tiny, vocab, f"data.train_prefix={prefixes}")
     one = _data(tiny, vocab, f"data.train_prefix={corpora}/both/train")
@@ -217,3 +249,24 @@ def test_a_corpus_with_no_pair_left_is_named():
     spec = BatchSpec(BUCKETS, tokens_per_step=256, max_len=48)
     with pytest.raises(DataError, match="training corpus domain/train has no pairs left"):
         TrainStream(split, keep[mix.corpus_of[keep] == 0], spec, mix=mix)
+
+
+def test_prepare_records_each_corpus_on_the_card(corpora, tiny, vocab):
+    from tx.train import runcard
+    from tx.train.prepare import prepare
+
+    prefixes = f"{corpora}/general/train,{corpora}/domain/train"
+    cfg = tiny(
+        "data.source=text", f"data.vocab_path={vocab}", "data.num_workers=1",
+        f"data.train_prefix={prefixes}", "data.train_weights=(1, 3)",
+        "train.eval_every_steps=0",
+    )  # fmt: skip
+    workdir = str(corpora / "run")
+    record = prepare(cfg, workdir)
+    general, domain = record["splits"]["train"]["corpora"]
+    assert (general["pairs"], general["share"], domain["pairs"], domain["share"]) == (
+        40, 0.25, 10, 0.75
+    )  # fmt: skip
+    text = runcard.markdown(runcard.load(workdir))
+    assert "  - train: 50 pairs read, kept 50, from 2:" in text
+    assert f"    - text:{corpora}/domain/train: 10 pairs, weight 3 (75.0%); " in text

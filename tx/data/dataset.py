@@ -19,7 +19,8 @@ from tx import storage
 from tx import workdir as wd
 from tx.data import sources
 from tx.data.pipeline import Batch, BatchSpec, Mix, TrainStream, filter_for_training
-from tx.data.token_cache import TokenizedSplit, joined, tokenized
+from tx.data.sources import NotPrepared
+from tx.data.token_cache import JoinedSplit, TokenizedSplit, joined, tokenized
 from tx.data.tokenizer import Tokenizer
 
 
@@ -34,7 +35,7 @@ def split_ids(
     tokenizer: Tokenizer,
     split: str,
     build: bool = True,
-) -> TokenizedSplit:
+) -> TokenizedSplit | JoinedSplit:
     """Token ids of `split`, from the workdir's cache (tokenized once). `build=False`:
     NotPrepared (naming "the <split> split" and the missing cache, or the source object
     without a recorded sha256) instead of tokenizing. Several training corpora
@@ -42,7 +43,10 @@ def split_ids(
     (`corpus_sizes` says where each ends)."""
     records = source_records(workdir)
     if data.source == "text" and split == "train":
-        texts = sources.train_corpora(data, records=records, build=build)
+        try:
+            texts = sources.train_corpora(data, records=records, build=build)
+        except NotPrepared as e:  # as load_split names it
+            raise NotPrepared(f"the {split} split", e.path, e.problem) from None
     else:
         texts = [sources.load_split(data, split, records=records, build=build)]
     cache, name = wd.data_dir(workdir), f"the {split} split"
@@ -88,7 +92,7 @@ def train_stream(
     return TrainStream(ids, keep, spec, position, mix(data, ids)), counts
 
 
-def mix(data: ml_collections.ConfigDict, ids: TokenizedSplit) -> Mix | None:
+def mix(data: ml_collections.ConfigDict, ids: TokenizedSplit | JoinedSplit) -> Mix | None:
     """The weighted mix of the training corpora (data.train_weights), recorded in each
     corpus's entry of `ids.source` (the run card's); None: one corpus, or corpora unweighted
     (read as one, each by its size)."""

@@ -85,10 +85,13 @@ class BatchSpec:
 @dataclasses.dataclass(frozen=True)
 class Mix:
     """Several training corpora sampled by weight (data.train_weights), as fairseq's and
-    OpenNMT's weighted corpora: each epoch draws round(share x kept pairs) pairs of each
-    corpus, without replacement within a pass over it (a corpus smaller than its share is
-    passed over again, a larger one in part), so an epoch holds each corpus's share exactly
-    and the pairs' order is a pure function of (seed, epoch), as a single corpus's is.
+    OpenNMT's weighted corpora: each epoch draws each corpus's share of the kept pairs
+    (`counts`). A corpus is read as an endless sequence of passes, each a permutation of its
+    kept pairs, and epoch e takes the next `counts` pairs of it: a corpus smaller than its
+    share is passed over more than once an epoch, a larger one over several epochs, and no
+    pair comes round again before every pair of its corpus has. Each pass is a pure function
+    of (seed, corpus, pass), so an epoch's pairs are one of (seed, epoch), as a single corpus's
+    are, and a resumed run goes on with the very next batch.
 
     `corpus_of` [n]: each pair's corpus, an index into `shares` (which sum to 1) and `names`.
     """
@@ -106,8 +109,14 @@ class Mix:
         return cls(corpus_of, tuple(float(w) / total for w in weights), tuple(names))
 
     def counts(self, keep: np.ndarray) -> np.ndarray:
-        """Pairs of each corpus an epoch draws (at least one of each)."""
-        return np.maximum(np.rint(np.asarray(self.shares) * len(keep)).astype(np.int64), 1)
+        """Pairs of each corpus an epoch draws: share x kept pairs, rounded so that they add
+        up to the kept pairs (largest remainders, a tie to the earlier corpus), and at least
+        one of each (a share under one pair adds it)."""
+        exact = np.asarray(self.shares) * len(keep)
+        out = np.floor(exact).astype(np.int64)
+        short = len(keep) - int(out.sum())
+        out[np.argsort(out - exact, kind="stable")[:short]] += 1
+        return np.maximum(out, 1)
 
     def members(self, keep: np.ndarray) -> list[np.ndarray]:
         """The kept pairs of each corpus; a corpus left with none is an error naming it."""
@@ -121,16 +130,19 @@ class Mix:
                 )
         return out
 
-    def draw(self, keep: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-        """One epoch's pairs, shuffled across corpora."""
+    def draw(self, keep: np.ndarray, seed: int, epoch: int, rng: np.random.Generator):
+        """Epoch `epoch`'s pairs [sum of `counts`], shuffled across corpora by `rng`."""
         parts = []
-        for members, need in zip(self.members(keep), self.counts(keep), strict=True):
-            passes = -(-int(need) // len(members))
-            parts += [
-                np.concatenate([members[rng.permutation(len(members))] for _ in range(passes)])[
-                    :need
-                ]
+        for c, (members, need) in enumerate(
+            zip(self.members(keep), self.counts(keep), strict=True)
+        ):
+            n, start = len(members), epoch * int(need)
+            first, last = start // n, (start + int(need) - 1) // n
+            passes = [
+                members[np.random.default_rng([seed, 2**30 + c, p]).permutation(n)]
+                for p in range(first, last + 1)
             ]
+            parts.append(np.concatenate(passes)[start - first * n : start - first * n + need])
         order = np.concatenate(parts)
         return order[rng.permutation(len(order))]
 
@@ -185,7 +197,7 @@ def step_rows(
     mean_side = (src_len[keep] + tgt_len[keep]) / 2.0  # real tokens per pair and side
     if spec.pack:  # the mean fill of a packed row, measured on a sample of the data
         rng = np.random.default_rng([spec.seed, 2**31])
-        pool = keep if mix is None else mix.draw(keep, rng)
+        pool = keep if mix is None else mix.draw(keep, spec.seed, 0, rng)  # epoch 0's pairs
         sample = rng.permutation(pool)[:PACK_SAMPLE]
         packed = _pack_rows(sample, src_len, tgt_len, spec)
         fill = (src_len[sample].sum() + tgt_len[sample].sum()) / 2.0 / len(packed)
@@ -227,7 +239,10 @@ def plan_epoch(
     """
     rows = rows or step_rows(src_len, tgt_len, keep, spec, mix)
     rng = np.random.default_rng([spec.seed, epoch])
-    order = keep[rng.permutation(len(keep))] if mix is None else mix.draw(keep, rng)
+    if mix is None:
+        order = keep[rng.permutation(len(keep))]
+    else:
+        order = mix.draw(keep, spec.seed, epoch, rng)
     if spec.pack:
         packed = _pack_rows(order, src_len, tgt_len, spec)
         batches = _batch_packed(packed, spec.max_len, rows[spec.max_len], spec.padded)

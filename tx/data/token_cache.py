@@ -57,8 +57,7 @@ class TokenizedSplit:
     tgt_offsets: np.ndarray
     # The text it was tokenized from (ParallelText's name, fingerprint and provenance).
     source: dict = dataclasses.field(default_factory=dict)
-    # Several corpora in one (`joined`): each one's pairs, in order ((): one corpus).
-    corpus_sizes: tuple[int, ...] = ()
+    corpus_sizes = ()  # one corpus (JoinedSplit: each corpus's pairs)
 
     def __len__(self) -> int:
         return len(self.src_offsets) - 1
@@ -112,30 +111,53 @@ def tokenized(
     return _with_source(_load(path), text)
 
 
-def joined(parts: list[TokenizedSplit]) -> TokenizedSplit:
-    """Several corpora's cached ids as one split, in order (pair i of the second follows the
-    last of the first); `corpus_sizes` keeps where each ends, `source` names each corpus with
-    its pairs. One part is itself. The ids are copied into memory (the caches stay as they
-    are, each reused by any run that reads its corpus)."""
+@dataclasses.dataclass
+class JoinedSplit:
+    """Several corpora's token ids read as one split, in order (pair i of the second follows
+    the last of the first), as TokenizedSplit is read: nothing is copied (each part stays
+    memory-mapped from its own cache). `source` names each corpus with its pairs."""
+
+    parts: tuple[TokenizedSplit, ...]
+    source: dict
+
+    def __post_init__(self):
+        self._starts = np.cumsum([0] + [len(p) for p in self.parts])
+
+    @property
+    def corpus_sizes(self) -> tuple[int, ...]:
+        return tuple(len(p) for p in self.parts)
+
+    def __len__(self) -> int:
+        return int(self._starts[-1])
+
+    @property
+    def src_lengths(self) -> np.ndarray:
+        return np.concatenate([p.src_lengths for p in self.parts])
+
+    @property
+    def tgt_lengths(self) -> np.ndarray:
+        return np.concatenate([p.tgt_lengths for p in self.parts])
+
+    def _where(self, i: int) -> tuple[TokenizedSplit, int]:
+        c = int(np.searchsorted(self._starts, i, side="right")) - 1
+        return self.parts[c], i - int(self._starts[c])
+
+    def src(self, i: int) -> np.ndarray:
+        part, j = self._where(i)
+        return part.src(j)
+
+    def tgt(self, i: int) -> np.ndarray:
+        part, j = self._where(i)
+        return part.tgt(j)
+
+
+def joined(parts: list[TokenizedSplit]) -> TokenizedSplit | JoinedSplit:
+    """Several corpora's cached ids as one split (`JoinedSplit`); one part is itself."""
     if len(parts) == 1:
         return parts[0]
-
-    def offsets(key: str) -> np.ndarray:
-        ends = np.cumsum([0] + [int(getattr(p, key)[-1]) for p in parts[:-1]])
-        return np.concatenate(
-            [[0]] + [np.asarray(getattr(p, key)[1:]) + e for p, e in zip(parts, ends, strict=True)]
-        ).astype(np.int64)
-
     corpora = [{**p.source, "pairs": len(p)} for p in parts]
     name = " + ".join(str(p.source.get("name", "?")) for p in parts)
-    return TokenizedSplit(
-        np.concatenate([np.asarray(p.src_ids) for p in parts]),
-        offsets("src_offsets"),
-        np.concatenate([np.asarray(p.tgt_ids) for p in parts]),
-        offsets("tgt_offsets"),
-        source={"name": name, "corpora": corpora},
-        corpus_sizes=tuple(len(p) for p in parts),
-    )
+    return JoinedSplit(tuple(parts), {"name": name, "corpora": corpora})
 
 
 def _with_source(split: TokenizedSplit, text: ParallelText) -> TokenizedSplit:

@@ -24,7 +24,7 @@ from tx.data.sources import DataError, NotPrepared
 from tx.train import init_from, runcard, runlock
 from tx.train.distributed import sync_flags
 
-SPLITS = ("train", "dev", "test")
+SPLITS = ("train", "dev", "test", "dev2")
 
 
 class DataNotPrepared(DataError):
@@ -32,10 +32,15 @@ class DataNotPrepared(DataError):
 
 
 def splits_of(data: ml_collections.ConfigDict) -> tuple[str, ...]:
-    """The splits the data config names: all three, except a text or treebank split whose
-    prefix is not set (training needs no test text, say)."""
+    """The splits the data config names: train, dev and test, except a text or treebank split
+    whose prefix is not set (training needs no test text, say), and dev2 where
+    data.dev2_prefix names it."""
     prefixed = data.source in ("text", "trees")  # the other sources have all three
-    return tuple(split for split in SPLITS if not prefixed or data.get(f"{split}_prefix"))
+    return tuple(
+        split
+        for split in SPLITS
+        if data.get(f"{split}_prefix") or not (prefixed or split == "dev2")
+    )
 
 
 def prepare(cfg: ml_collections.ConfigDict, workdir: str, *, take_over_lock: bool = False) -> dict:
@@ -52,7 +57,10 @@ def prepare(cfg: ml_collections.ConfigDict, workdir: str, *, take_over_lock: boo
         splits = {}
         for split in splits_of(cfg.data):
             ids = dataset.split_ids(cfg.data, workdir, tokenizer, split)
-            counts = filter_for_training(ids, cfg.data.max_len)[1] if split == "train" else None
+            counts = None
+            if split == "train":
+                counts = filter_for_training(ids, cfg.data.max_len)[1]
+                dataset.mix(cfg.data, ids)  # each corpus's weight and share, on the card
             splits[split] = (ids, counts)
         record = runcard.data_record(cfg.data, tokenizer, splits)
         runcard.record_prepared(workdir, cfg, record, time.time() - started)

@@ -372,12 +372,24 @@ def _data_lines(data: dict | None) -> list[str]:
         return []
     lines = [f"- data: {data['source']}, vocabulary sha256 `{data['vocabulary_sha256'][:16]}`"]
     for name, split in data["splits"].items():
-        where = split.get("files_sha256") or {
-            k: split[k] for k in ("tfds", "tfds_version", "generator") if k in split
-        }
         kept = f", kept {split['kept']}" if "kept" in split else ""
-        lines.append(f"  - {name}: {split['pairs_read']} pairs read{kept}; {where}")
+        corpora = split.get("corpora")
+        if not corpora:
+            lines.append(f"  - {name}: {split['pairs_read']} pairs read{kept}; {_where(split)}")
+            continue
+        lines.append(f"  - {name}: {split['pairs_read']} pairs read{kept}, from {len(corpora)}:")
+        for c in corpora:
+            share = f", weight {c['weight']:g} ({c['share']:.1%})" if "share" in c else ""
+            lines.append(f"    - {c['name']}: {c['pairs']} pairs{share}; {_where(c)}")
     return lines
+
+
+def _where(split: dict) -> dict:
+    """Where a split's (or a corpus's) text came from: its files' sha256, or TFDS's or the
+    demo generator's names."""
+    return split.get("files_sha256") or {
+        k: split[k] for k in ("tfds", "tfds_version", "generator") if k in split
+    }
 
 
 def with_earlier_splits(earlier: dict | None, record: dict) -> dict:
