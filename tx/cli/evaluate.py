@@ -24,7 +24,9 @@ def add_options(p: argparse.ArgumentParser) -> None:
     options.workdir(p, "the run to evaluate")
     options.checkpoint(p)
     p.add_argument(
-        "--split", choices=("dev", "test"), help="the run's split to evaluate (default: test)"
+        "--split",
+        choices=("dev", "test", "dev2"),
+        help="the run's split to evaluate (default: test; dev2: data.dev2_prefix)",
     )
     files = p.add_argument_group("any files instead of the run's split")
     files.add_argument("--src", metavar="FILE", help="source sentences to translate and score")

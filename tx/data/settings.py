@@ -27,6 +27,10 @@ def defaults() -> dict[str, dict]:
         train_weights=(),
         dev_prefix="",
         test_prefix="",
+        # text: a second dev set evaluated beside dev (loss and perplexity logged as dev2/...,
+        # `evaluate --split dev2`), which never chooses checkpoints: e.g. the old domain's
+        # while fine-tuning on a new one (configs/finetune.py)
+        dev2_prefix="",
         # text: the dev / test files must be these sacreBLEU test sets (the sha256 of source and
         # reference are compared with sacreBLEU's files), e.g. "wmt13" and "wmt14/full" for the
         # paper's newstest2013 and newstest2014 (docs/data.md, "WMT without statmt")
@@ -84,6 +88,8 @@ def check(c) -> None:
                 f"data.source='text', not {d.source!r}"
             )
     _check_weights(c, d)
+    if d.get("dev2_prefix") and d.source != "text":
+        c.fail(f"data.dev2_prefix names text files: it needs data.source='text', not {d.source!r}")
     buckets = d.bucket_lengths
     if not isinstance(buckets, (tuple, list)) or not all(
         isinstance(b, int) and not isinstance(b, bool) for b in buckets

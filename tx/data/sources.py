@@ -35,7 +35,7 @@ from tx.data import demo_corpus, external
 from tx.data import trees as parsing
 from tx.data.settings import ON_BAD_LINE, SOURCES, train_prefixes
 
-SPLITS = ("train", "dev", "test")
+SPLITS = ("train", "dev", "test", "dev2")  # dev2: data.source='text' only (data.dev2_prefix)
 
 # TFDS split names: WMT14 dev = newstest2013 and test = newstest2014, as in the paper.
 TFDS_SPLITS = {"train": "train", "dev": "validation", "test": "test"}
@@ -98,7 +98,7 @@ def _load_split(data, split: str, records: str | None, build: bool) -> ParallelT
     if data.source == "text" and split == "train":
         return joined(train_corpora(data, records, build))
     if data.source == "text":
-        prefix = {"dev": data.dev_prefix, "test": data.test_prefix}
+        prefix = {"dev": data.dev_prefix, "test": data.test_prefix, "dev2": data.get("dev2_prefix")}
         if not prefix[split]:
             raise DataError(f"data.{split}_prefix is not set (needed for data.source='text')")
         # Only training text may skip bad lines (None: no choice): dev and test are scored whole.
@@ -114,6 +114,8 @@ def _load_split(data, split: str, records: str | None, build: bool) -> ParallelT
             if problem:
                 raise DataError(problem)
         return text
+    if split == "dev2":
+        raise DataError(f"data.dev2_prefix names text files: data.source is {data.source!r}")
     if data.source == "tfds":
         return tfds_split(data.tfds_name, split, data.src_lang, data.tgt_lang, data.tfds_data_dir)
     if data.source == "trees":

@@ -53,6 +53,7 @@ class _Run:
     progress: Progress
     summaries: Summaries
     dev: TokenizedSplit | None  # dev token ids, when dev loss is evaluated
+    dev2: TokenizedSplit | None  # data.dev2_prefix's, evaluated beside dev (never chooses)
     bleu_hook: Callable[[object], dict] | None
     card: Segment  # this invocation's entry in the run card
     peak: float  # TFLOP/s of one device, for MFU
@@ -144,7 +145,7 @@ def _start(cfg: ml_collections.ConfigDict, workdir: str, progress_stream, bleu_h
         card.note(init_from=init_from.record(source, workdir, tokenizer))
     progress = Progress(t.num_steps, wd.is_main(), progress_stream, deadline)
     begins = f"start step {int(state.step)}" + (f" from {source.describe()}" if source else "")
-    spec, stream, dev = _data(
+    spec, stream, dev, dev2 = _data(
         cfg, workdir, tokenizer, trainer, position, card=card, progress=progress, begins=begins
     )
     card.entry["prepare_secs"] = round(prepare_secs, 3)
@@ -156,6 +157,7 @@ def _start(cfg: ml_collections.ConfigDict, workdir: str, progress_stream, bleu_h
         progress=progress,
         summaries=Summaries(wd.tensorboard_dir(workdir), wd.is_main()),
         dev=dev,
+        dev2=dev2,
         bleu_hook=bleu_hook,
         card=card,
         peak=peak,
@@ -166,8 +168,9 @@ def _start(cfg: ml_collections.ConfigDict, workdir: str, progress_stream, bleu_h
 
 
 def _data(cfg, workdir, tokenizer, trainer, position, *, card, progress, begins: str):
-    """(batch spec, the training stream from `position`, dev token ids when dev loss is
-    evaluated); what they hold said on `progress` (ending with `begins`) and noted in `card`."""
+    """(batch spec, the training stream from `position`, dev and dev2 token ids when their loss
+    is evaluated, else None); what they hold said on `progress` (ending with `begins`) and
+    noted in `card`."""
     t = cfg.train
     spec = dataset.batch_spec(
         cfg.data,
@@ -180,13 +183,19 @@ def _data(cfg, workdir, tokenizer, trainer, position, *, card, progress, begins:
         f"tx: {json.dumps(counts)} | mesh {dict(trainer.mesh.shape)} | rows per step by "
         f"length {stream.rows} | {begins}"
     )
-    dev = None
-    if t.eval_every_steps:
-        dev = dataset.split_ids(cfg.data, workdir, tokenizer, "dev", build)
-    splits = {"train": (stream.split, counts)} | ({"dev": (dev, None)} if dev else {})
+    splits = {"train": (stream.split, counts)}
+    for split in _dev_splits(cfg):
+        splits[split] = (dataset.split_ids(cfg.data, workdir, tokenizer, split, build), None)
     record = runcard.data_record(cfg.data, tokenizer, splits)
     card.note(data=runcard.with_earlier_splits(card.card.get("data"), record))
-    return spec, stream, dev
+    return spec, stream, splits.get("dev", (None,))[0], splits.get("dev2", (None,))[0]
+
+
+def _dev_splits(cfg: ml_collections.ConfigDict) -> tuple[str, ...]:
+    """The dev sets whose loss training evaluates: dev, and dev2 where data.dev2_prefix is set."""
+    if not cfg.train.eval_every_steps:
+        return ()
+    return ("dev", "dev2") if cfg.data.get("dev2_prefix") else ("dev",)
 
 
 def prepare_data(cfg: ml_collections.ConfigDict, workdir: str, source=None):
@@ -195,7 +204,7 @@ def prepare_data(cfg: ml_collections.ConfigDict, workdir: str, source=None):
     Several processes build nothing, so that none tokenizes while the others wait:
     `python -m tx prepare` has made them (tx.train.prepare), or every process stops at once
     naming what is missing and that command."""
-    splits = ("train", "dev") if cfg.train.eval_every_steps else ("train",)
+    splits = ("train", *_dev_splits(cfg))
     if jax.process_count() > 1:
         return check_prepared(cfg, workdir, splits)
     source = init_from.vocabulary_source(cfg, workdir, source)
@@ -246,6 +255,10 @@ def _loop(run: _Run, state, stream) -> dict:
                 window.check()
                 evaluated.update(_dev_eval(run, eval_fn, state, step))
                 run.card.note(dev={"step": step, **{k: round(v, 6) for k, v in evaluated.items()}})
+                if run.dev2 is not None:
+                    dev2 = _dev_eval(run, eval_fn, state, step, "dev2")
+                    run.card.note(dev2={"step": step, **{k: round(v, 6) for k, v in dev2.items()}})
+                    last.update(dev2)
             if run.bleu_hook and t.eval_bleu_every_steps and step % t.eval_bleu_every_steps == 0:
                 window.check()
                 evaluated.update(_dev_bleu(run, state, step))
@@ -319,13 +332,17 @@ def _report(window, throughput, progress, summaries, step) -> dict:
     return metrics
 
 
-def _dev_eval(run: _Run, eval_fn, state, step: int) -> dict:
-    result = evaluate_loss(run.trainer, eval_fn, state.params, run.dev, run.cfg.data, run.spec)
+def _dev_eval(run: _Run, eval_fn, state, step: int, split: str = "dev") -> dict:
+    """Loss, perplexity and accuracy on `split` ("dev", or "dev2": logged beside it, named
+    dev2_*, and never a checkpoint's score)."""
+    ids = run.dev if split == "dev" else run.dev2
+    result = evaluate_loss(run.trainer, eval_fn, state.params, ids, run.cfg.data, run.spec)
+    result = {k.replace("dev_", f"{split}_"): v for k, v in result.items()}
     run.progress.message(
-        f"step {step}: dev loss {result['dev_loss']:.3f} | dev perplexity "
-        f"{result['dev_perplexity']:.2f} | dev accuracy {result['dev_accuracy']:.3f}"
+        f"step {step}: {split} loss {result[f'{split}_loss']:.3f} | {split} perplexity "
+        f"{result[f'{split}_perplexity']:.2f} | {split} accuracy {result[f'{split}_accuracy']:.3f}"
     )
-    run.summaries.scalars(step, {k.replace("dev_", "dev/"): v for k, v in result.items()})
+    run.summaries.scalars(step, {k.replace(f"{split}_", f"{split}/"): v for k, v in result.items()})
     return result
 
 

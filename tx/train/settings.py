@@ -17,10 +17,17 @@ def defaults() -> dict[str, dict]:
     return {"optim": _optim(), "train": _train(), "mesh": _mesh()}
 
 
+SCHEDULES = ("paper", "constant")  # optim.schedule (tx.train.optim.make_optimizer)
+
+
 def _optim() -> dict:
     """Adam and the paper's learning-rate schedule (tx.train.optim)."""
     return dict(
-        learning_rate_scale=1.0,  # multiplies d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)
+        # "paper": d_model^-0.5 * min(step^-0.5, step * warmup^-1.5); "constant": a linear
+        # warm-up to learning_rate, then that rate (fine-tuning: configs/finetune.py)
+        schedule="paper",
+        learning_rate_scale=1.0,  # "paper": multiplies its rate (1.0 = the paper's)
+        learning_rate=1e-4,  # "constant": the rate after the warm-up
         warmup_steps=4000,
         b1=0.9,
         b2=0.98,
@@ -114,6 +121,8 @@ def check(c) -> None:
         "train.log_every_steps",
         "mesh.heartbeat_timeout_secs",
     )
+    if c.one_of("optim.schedule", SCHEDULES, spelled=True) == "constant":
+        c.positive("optim.learning_rate")
     c.nonnegative(
         "optim.learning_rate_scale",
         "optim.grad_clip_norm",
