@@ -1,9 +1,10 @@
-"""A second dev set (data.dev2_prefix): evaluated beside dev while training, logged as dev2/...
-and on the run card, never a checkpoint's score; `evaluate --split dev2`; refused off text."""
+"""Fine-tuning's pieces: configs/finetune.py (a run's own config, started from its parameters at
+a constant rate), and a second dev set (data.dev2_prefix): evaluated beside dev while training,
+logged as dev2/... and on the run card, never a checkpoint's score; `evaluate --split dev2`."""
 
 import pytest
 
-from tx.config import ConfigError
+from tx.config import ConfigError, load_config
 from tx.data.sources import DataError
 from tx.eval.evaluate import evaluate_split
 from tx.train import runcard
@@ -58,3 +59,20 @@ def test_dev2_needs_text(tiny, tmp_path):
 
         cfg.data.source = "text"
         sources.load_split(cfg.data, "dev2")
+
+
+def test_the_finetune_config_is_the_runs_own_started_from_it(tiny, tmp_path, root):
+    run = tmp_path / "base"
+    run.mkdir()
+    source = tiny("data.vocab_path=/somewhere/spm.model", "model.d_model=48")
+    (run / "config.json").write_text(source.to_json())
+    cfg = load_config(f"{root}/configs/finetune.py:{run}")
+    assert cfg.model.d_model == 48 and cfg.train.init_from == str(run)
+    assert (cfg.optim.schedule, cfg.optim.learning_rate, cfg.optim.warmup_steps) == (
+        "constant", 1e-4, 100
+    )  # fmt: skip
+    assert cfg.data.vocab_path is None and cfg.train.early_stopping_patience == 3
+    with pytest.raises(ConfigError, match="configs/finetune.py needs the run to start from"):
+        load_config(f"{root}/configs/finetune.py")
+    with pytest.raises(ConfigError, match=f"{tmp_path}/nope/config.json does not exist"):
+        load_config(f"{root}/configs/finetune.py:{tmp_path}/nope")
