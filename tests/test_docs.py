@@ -15,7 +15,7 @@ COMMAND = re.compile(
     r"(python -m tx|python train\.py|^\$? ?tx|(?<=&& )tx)\s+([a-z]+)([^\n`|]*)", re.M
 )
 OPTION = re.compile(r"(?<![\w-])(--[a-z][\w-]*)(?:[= ]|$)")
-CONFIG_KEY = re.compile(r"--config\.([a-z_]+)\.([a-z_]+)")
+CONFIG_KEY = re.compile(r"--config\.([a-z_]+)\.([a-z_][a-z0-9_]*)")
 
 
 def _text(doc) -> str:

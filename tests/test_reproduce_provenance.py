@@ -9,7 +9,7 @@ import treebank
 
 from tx.__main__ import main
 from tx.config import ConfigError
-from tx.paper import report, reproduce, tables
+from tx.paper import report, reproduce, running, tables
 from tx.paper.tables import Scale
 
 
@@ -74,8 +74,8 @@ def test_table4_semi_refuses_the_wsj_trees_alone(tmp_path):
     overrides = [f"data.{s}_prefix={p}" for s, p in files.items()]
     cfg = tables.load_row(row, Scale("mini"), overrides)
     with pytest.raises(ConfigError, match="row semi needs WSJ plus the ~17M-sentence"):
-        reproduce.check_data(row, cfg)
-    reproduce.check_data(tables.TABLES[4][0], cfg)  # the wsj row takes them
+        running.check_data(row, cfg)
+    running.check_data(tables.TABLES[4][0], cfg)  # the wsj row takes them
 
 
 def _card(pairs, f1=90.0):

@@ -12,7 +12,7 @@ import pytest
 from tx.__main__ import main
 from tx.config import ConfigError, load_config
 from tx.model.transformer_config import ModelConfig
-from tx.paper import noise, report, reproduce, tables
+from tx.paper import noise, report, reproduce, running, tables
 from tx.paper.tables import Row, Scale
 from tx.train import runcard
 
@@ -107,6 +107,8 @@ def test_the_plan_times_rows_from_the_pilot(capsys, tmp_path, monkeypatch):
     here = {"devices": hw.devices, "device_kind": hw.kind}
     pilot.write_text(json.dumps({"hardware": here, "pilot": {"seconds_per_step": 0.3}}))
     monkeypatch.setattr(reproduce, "PILOT", str(pilot))
+    # No row has run: not the checkout's kept cards either (the base row's would time it).
+    monkeypatch.setattr(reproduce, "committed_card", lambda *args, **kwargs: None)
     rows = "base,base-seed2,C5,big"
     assert main(["reproduce", "--table", "3", "--scale", "real", "--root", str(tmp_path),
                  "--rows", rows, "--steps", str(STEPS), "--json"]) == 0  # fmt: skip
@@ -210,16 +212,20 @@ def test_a_row_finished_in_an_earlier_sitting_is_not_trained_again(tmp_path):
     card["reproduce"]["corpus"] = reproduce.real.corpus_record(str(corpus))
     (cards / "D1.json").write_text(json.dumps(card))
     said = []
-    reproduce._run_rows(3, [row], scale, str(tmp_path), (), said.append, str(results))
+    running._run_rows(
+        3, [row], scale, str(tmp_path), overrides=(), say=said.append, results=str(results)
+    )
     assert said == [f"[D1] finished in an earlier sitting: skipped (its card in {results})"]
     steps = card["config"]["train"]["num_steps"]
-    assert reproduce.kept(3, row, scale, steps, str(results)) == card
-    assert reproduce.kept(3, row, scale, steps + 1, str(results)) is None  # stopped short
+    assert running.kept(3, row, scale, steps, str(results)) == card
+    assert running.kept(3, row, scale, steps + 1, str(results)) is None  # stopped short
     sources["seconds"] = 160.1  # rebuilt another day, the same text: still the same corpus
     (corpus / "SOURCES.json").write_text(json.dumps(sources))
-    assert reproduce.kept(3, row, scale, steps, str(results)) == card
+    assert running.kept(3, row, scale, steps, str(results)) == card
     (corpus / "dev.nl").write_text("Een regel.\n")  # a rebuilt corpus whose text differs
-    assert reproduce.kept(3, row, scale, steps, str(results)) is None
+    assert running.kept(3, row, scale, steps, str(results)) is None
     (corpus / "train.en").unlink()
     with pytest.raises(ConfigError, match=r"/corpus/train\.en is missing: rebuild .*/corpus"):
-        reproduce._run_rows(3, [row], scale, str(tmp_path), (), said.append, str(results))
+        running._run_rows(
+            3, [row], scale, str(tmp_path), overrides=(), say=said.append, results=str(results)
+        )

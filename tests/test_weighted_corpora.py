@@ -11,10 +11,10 @@ from test_data import synthetic_split
 
 from tx.config import ConfigError
 from tx.data import dataset
+from tx.data.mixing import Mix
 from tx.data.pipeline import (
     POSITION_KEY,
     BatchSpec,
-    Mix,
     TrainStream,
     filter_for_training,
     padding_efficiency,

@@ -18,7 +18,8 @@ import ml_collections
 from tx import storage
 from tx import workdir as wd
 from tx.data import sources
-from tx.data.pipeline import Batch, BatchSpec, Mix, TrainStream, filter_for_training
+from tx.data.mixing import Mix
+from tx.data.pipeline import Batch, BatchSpec, TrainStream, filter_for_training
 from tx.data.sources import NotPrepared
 from tx.data.token_cache import JoinedSplit, TokenizedSplit, joined, tokenized
 from tx.data.tokenizer import Tokenizer
