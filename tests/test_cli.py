@@ -1,7 +1,9 @@
 """The commands users run every day, on a tiny trained workdir."""
 
 import argparse
+import io
 import json
+import logging
 import os
 import pathlib
 import re
@@ -24,26 +26,73 @@ def workdir(trained):
     return trained
 
 
-def run_tx(root, *args, stdin=None):
-    res = subprocess.run(
-        [sys.executable, "-m", "tx", *args],
-        cwd=root,
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert res.returncode == 0, res.stderr[-3000:]
-    return res.stdout
+# Overrides that score 50 sentences of a split (5 or 6 batches, 3 shapes), each output at most
+# 4 sub-words longer than its source, as tests/test_end_to_end.py and test_runcard.py score
+# the test split (in one process, the same compiled searches): the properties below hold for
+# any number of sentences, and fewer search steps are run.
+FAST = ("--config.data.demo_eval_size=50", "--config.decode.max_extra_len=4")
 
 
-def test_translate_cli_reads_stdin_and_files(root, workdir, tmp_path):
+def tx_in_process(capfd, monkeypatch, *args, stdin=None) -> tuple[int, str, str]:
+    """`python -m tx ARGS` run here (tx.__main__.main: the command line without the malloc
+    restart, whose exit status `python -m tx` exits with): (status, stdout, stderr). A process
+    of its own would import TF and JAX again and compile its search afresh, about 7 s each.
+    stderr is the process's: file descriptor 2 as well (capfd), and main's logging set-up
+    (basicConfig: libraries' records to stderr), which pytest's own handlers would make a
+    no-op. The one test that needs a process of its own, the pipe that stays open, starts one;
+    so do test_commands_without_a_workdir_say_so and test_checkpoint's
+    test_a_damaged_checkpoint_is_one_line_on_the_command_line, for the exit status."""
+    if stdin is not None:
+        data = stdin.encode() if isinstance(stdin, str) else stdin
+        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data), encoding="utf-8"))
+    capfd.readouterr()  # what came before is not the command's
+    logger = logging.getLogger()
+    handlers, level = logger.handlers, logger.level
+    logger.handlers = []
+    try:
+        status = main(list(args))
+    except SystemExit as e:  # argparse's --help
+        status = e.code
+    finally:
+        logger.handlers = handlers
+        logger.setLevel(level)
+    out, err = capfd.readouterr()
+    return status, out, err
+
+
+@pytest.fixture
+def run_tx(capfd, monkeypatch):
+    """run_tx(*args, stdin=None) -> stdout of `python -m tx ARGS`, in this process
+    (tx_in_process), which must succeed."""
+
+    def run(*args, stdin=None) -> str:
+        status, out, err = tx_in_process(capfd, monkeypatch, *args, stdin=stdin)
+        assert status == 0, err[-3000:]
+        return out
+
+    return run
+
+
+@pytest.fixture
+def run_tx_fails(capfd, monkeypatch):
+    """run_tx_fails(*args, stdin=None) -> stderr of `python -m tx ARGS` (in this process,
+    tx_in_process), which must fail as a user error: status 2, one line, no traceback."""
+
+    def run(*args, stdin=None) -> str:
+        status, _, err = tx_in_process(capfd, monkeypatch, *args, stdin=stdin)
+        assert status == 2, err[-3000:]
+        assert "Traceback" not in err and err.count("error: ") == 1, err[-3000:]
+        return err
+
+    return run
+
+
+def test_translate_cli_reads_stdin_and_files(run_tx, workdir, tmp_path):
     text = "The dog sees a cat.\n\nWe count three small birds.\n"
-    out = run_tx(root, "translate", "--workdir", workdir, stdin=text)
+    out = run_tx("translate", "--workdir", workdir, stdin=text)
     assert len(out.splitlines()) == 3 and out.splitlines()[1] == ""
     (tmp_path / "in.txt").write_text(text)
     run_tx(
-        root,
         "translate",
         "--workdir",
         workdir,
@@ -55,57 +104,46 @@ def test_translate_cli_reads_stdin_and_files(root, workdir, tmp_path):
     assert (tmp_path / "out.txt").read_text() == out
 
 
-def run_tx_fails(root, *args, stdin=None):
-    """A command that must fail as a user error: exit 2, one line, no traceback."""
-    res = subprocess.run(
-        [sys.executable, "-m", "tx", *args], cwd=root, input=stdin, capture_output=True, timeout=600
-    )
-    err = res.stderr.decode()
-    assert res.returncode == 2, err[-3000:]
-    assert "Traceback" not in err and err.count("error: ") == 1, err[-3000:]
-    return err
-
-
-def test_translate_input_invalid_utf8_bom_and_crlf(root, workdir, tmp_path):
+def test_translate_input_invalid_utf8_bom_and_crlf(run_tx, run_tx_fails, workdir, tmp_path):
     bad = tmp_path / "bad.txt"
     bad.write_bytes(b"The dog sees a cat.\nWe count \xff birds.\n")
-    err = run_tx_fails(root, "translate", "--workdir", workdir, "--input", str(bad))
+    err = run_tx_fails("translate", "--workdir", workdir, "--input", str(bad))
     assert f"error: {bad}:2: invalid UTF-8 at byte offset 29 " in err
-    err = run_tx_fails(root, "translate", "--workdir", workdir, stdin=bad.read_bytes())
+    err = run_tx_fails("translate", "--workdir", workdir, stdin=bad.read_bytes())
     assert "error: <stdin>:2: invalid UTF-8 at byte offset 29 " in err
     # A BOM and Windows line ends change nothing: the same translations as plain text.
     plain = "The dog sees a cat.\n\nWe count three small birds.\n"
     windows = tmp_path / "windows.txt"
     windows.write_bytes(b"\xef\xbb\xbf" + plain.replace("\n", "\r\n").encode())
-    got = run_tx(root, "translate", "--workdir", workdir, "--input", str(windows))
-    assert got == run_tx(root, "translate", "--workdir", workdir, stdin=plain)
+    got = run_tx("translate", "--workdir", workdir, "--input", str(windows))
+    assert got == run_tx("translate", "--workdir", workdir, stdin=plain)
 
 
-def test_damaged_checkpoints_are_refused_by_name(root, workdir, tmp_path):
+def test_damaged_checkpoints_are_refused_by_name(run_tx_fails, workdir, tmp_path):
     from test_checkpoint import damage
 
     run = tmp_path / "run"
     shutil.copytree(workdir, run, ignore=shutil.ignore_patterns("averaged"))
     damage(str(run / "checkpoints" / "15"), "array data cut short")
     damage(str(run / "checkpoints" / "20"), "metadata overwritten")
-    err = run_tx_fails(root, "translate", "--workdir", str(run), "--checkpoint", "15", stdin=b"x")
+    err = run_tx_fails("translate", "--workdir", str(run), "--checkpoint", "15", stdin=b"x")
     assert f"error: {run}/checkpoints/15 cannot be restored (ValueError: " in err
     assert "choose another with --checkpoint STEP (available: [5, 10, 20])" in err
-    err = run_tx_fails(root, "evaluate", "--workdir", str(run))  # the latest: 20
+    err = run_tx_fails("evaluate", "--workdir", str(run))  # the latest: 20
     assert f"error: {run}/checkpoints/20 cannot be restored (state/_METADATA is not JSON)" in err
-    err = run_tx_fails(root, "average", "--workdir", str(run), "--last", "3")
+    err = run_tx_fails("average", "--workdir", str(run), "--last", "3")
     assert f"error: not averaging: {run}/checkpoints/15 cannot be restored (" in err
     assert f"; {run}/checkpoints/20 cannot be restored (state/_METADATA is not JSON)" in err
     assert sorted(os.listdir(run / "checkpoints")) == ["10", "15", "20", "5"]  # none moved
 
 
-def test_average_then_evaluate_json(root, workdir):
+def test_average_then_evaluate_json(run_tx, workdir):
     from tx.train.averaging import average
 
-    avg = json.loads(run_tx(root, "average", "--workdir", workdir, "--last", "3").splitlines()[-1])
+    avg = json.loads(run_tx("average", "--workdir", workdir, "--last", "3").splitlines()[-1])
     assert avg["steps"] == [10, 15, 20]
     # Averaging again is a no-op (the same directory, not rewritten), and averaging other steps
-    # replaces the averaged checkpoint. In this process: a `tx` process starts in about 7 s.
+    # replaces the averaged checkpoint (the library's calls: the command prints what they return).
     cfg = load_config(os.path.join(workdir, "config.json"))
     path = os.path.join(workdir, "averaged", "20")
     before = os.stat(path)
@@ -113,30 +151,28 @@ def test_average_then_evaluate_json(root, workdir):
     after = os.stat(path)
     assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
     assert average(cfg, workdir, last=2) == (path, [15, 20])
-    result = json.loads(
-        run_tx(root, "evaluate", "--workdir", workdir, "--split", "test", "--json").splitlines()[-1]
-    )
+    # 50 test sentences (FAST), not the 500 of the run's config.
+    args = ("--split", "test", "--json", *FAST)
+    result = json.loads(run_tx("evaluate", "--workdir", workdir, *args).splitlines()[-1])
     assert {"bleu", "bleu_signature", "tok_bleu", "chrf", "num_sentences"} <= set(result)
-    assert result["num_sentences"] == 500 and result["checkpoint"] == "averaged/20 (steps [15, 20])"
+    assert result["num_sentences"] == 50 and result["checkpoint"] == "averaged/20 (steps [15, 20])"
     with open(result["hypotheses_file"]) as f:
-        assert len(f.read().splitlines()) == 500
+        assert len(f.read().splitlines()) == 50
 
 
-def test_translate_with_a_missing_checkpoint_fails_clearly(root, workdir):
-    res = subprocess.run(
-        [sys.executable, "-m", "tx", "translate", "--workdir", workdir, "--checkpoint", "999"],
-        cwd=root,
-        input="x\n",
-        capture_output=True,
-        text=True,
-    )
-    assert res.returncode != 0 and "no checkpoint at step 999" in res.stderr
+def test_translate_with_a_missing_checkpoint_fails_clearly(capfd, monkeypatch, workdir):
+    args = ("translate", "--workdir", workdir, "--checkpoint", "999")
+    status, _, err = tx_in_process(capfd, monkeypatch, *args, stdin="x\n")
+    assert status != 0 and "no checkpoint at step 999" in err
 
 
 def test_dev_bleu_hook_scores_current_parameters(workdir):
     from tx.eval.evaluate import dev_bleu_hook, evaluate_split
 
-    cfg = load_config(os.path.join(workdir, "config.json"))
+    # 50 dev sentences (FAST): still 6 batches, each decoded the same both ways.
+    cfg = load_config(
+        os.path.join(workdir, "config.json"), [o.removeprefix("--config.") for o in FAST]
+    )
     loaded = load_model(cfg, workdir)
     scores = dev_bleu_hook(cfg, workdir)(loaded.params)
     assert set(scores) == {"bleu", "tok_bleu"}
@@ -148,23 +184,32 @@ def test_dev_bleu_hook_scores_current_parameters(workdir):
 
 
 @pytest.mark.parametrize("command", ["evaluate", "translate", "average"])
-def test_a_directory_that_is_not_a_run_is_named(root, tmp_path, tiny, command):
+def test_a_directory_that_is_not_a_run_is_named(run_tx_fails, tmp_path, tiny, command):
     # Even with --config given: the command needs what training wrote there.
-    err = run_tx_fails(root, command, "--workdir", str(tmp_path), "--config", tiny.path)
+    err = run_tx_fails(command, "--workdir", str(tmp_path), "--config", tiny.path)
     assert f"error: {tmp_path} is not a tx run (it has no config.json)" in err
 
 
-def test_commands_without_a_workdir_say_so(root, tiny):
-    for command in ("train", "translate"):
-        err = run_tx_fails(root, command, "--config", tiny.path)
-        assert f"error: {command} needs --workdir DIR" in err
-
-
-def test_translate_cli_takes_another_search_strategy(root, workdir):
-    text = "The dog sees a cat.\nWe count three small birds.\n"
-    out = run_tx(
-        root, "translate", "--workdir", workdir, "--config.decode.strategy=greedy", stdin=text
+def test_commands_without_a_workdir_say_so(root, run_tx_fails, tiny):
+    """`train` in a process of its own: `python -m tx` starts itself again with training's
+    malloc tunables, and its exit status is main's (2, one line on stderr, no traceback)."""
+    res = subprocess.run(
+        [sys.executable, "-m", "tx", "train", "--config", tiny.path],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
+    assert res.returncode == 2, res.stderr[-3000:]
+    assert "Traceback" not in res.stderr and res.stderr.count("error: ") == 1, res.stderr[-3000:]
+    assert "error: train needs --workdir DIR" in res.stderr
+    err = run_tx_fails("translate", "--config", tiny.path)
+    assert "error: translate needs --workdir DIR" in err
+
+
+def test_translate_cli_takes_another_search_strategy(run_tx, workdir):
+    text = "The dog sees a cat.\nWe count three small birds.\n"
+    out = run_tx("translate", "--workdir", workdir, "--config.decode.strategy=greedy", stdin=text)
     assert len(out.splitlines()) == 2
 
 
@@ -287,11 +332,11 @@ def test_evaluate_shows_one_output_option(parsers):
     assert args.by_length_png == "p.png" and args.output is None
 
 
-def test_global_options_before_the_command(root, tmp_path, tiny):
+def test_global_options_before_the_command(run_tx_fails, tmp_path, tiny):
     # --workdir (and --config) may stand before the command; a command without one refuses it.
-    err = run_tx_fails(root, f"--workdir={tmp_path}", "--config", tiny.path, "translate")
+    err = run_tx_fails(f"--workdir={tmp_path}", "--config", tiny.path, "translate")
     assert f"error: {tmp_path} is not a tx run (it has no config.json)" in err
-    err = run_tx_fails(root, f"--workdir={tmp_path}", "compile", "--config", tiny.path)
+    err = run_tx_fails(f"--workdir={tmp_path}", "compile", "--config", tiny.path)
     assert "error: compile takes no --workdir" in err
 
 

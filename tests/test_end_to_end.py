@@ -3,6 +3,8 @@
 import os
 import shutil
 
+from test_plots import png_size
+
 from tx import workdir as wd
 from tx.paper.demo import run_demo
 from tx.paper.end_to_end import train_average_evaluate
@@ -78,4 +80,11 @@ def test_the_demo_prints_the_average_and_samples_before_the_scores(trained, tiny
     assert summary["train_steps"] == 20 and summary["num_sentences"] == 50
     assert summary["train_seconds"] >= 0 and summary["decode_seconds"] > 0
     assert summary["dev_perplexity"] is None  # the run had finished: nothing was evaluated
-    assert all(os.path.isfile(p) for p in summary["pictures"])
+    # tx.paper.demo.draw_pictures: one sentence's attention maps and the curves, under plots/.
+    assert [os.path.relpath(p, work) for p in summary["pictures"]] == [
+        "plots/attention/encoder_self_attention.png",
+        "plots/attention/decoder_self_attention.png",
+        "plots/attention/encoder_decoder_attention.png",
+        "plots/curves.png",
+    ]
+    assert all(min(png_size(p)) > 300 for p in summary["pictures"])

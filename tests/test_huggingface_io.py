@@ -9,6 +9,7 @@ train.init_from take. No network: every model and tokenizer is made here."""
 import contextlib
 import copy
 import dataclasses
+import functools
 import io
 import itertools
 import json
@@ -230,8 +231,14 @@ def test_marian_tokenizer_gives_tx_ids(exported, marian_export):
 def _tx_logits(model, sources, targets):
     """tx's logits [b, t, V] of `targets` (tx ids, each ending in EOS) given `sources`."""
     src, tgt = _padded(sources, PAD_ID), _padded(targets, PAD_ID)
-    logits = jax.jit(model.engine.model.apply)({"params": model.engine.params}, src, tgt)
+    logits = _apply(model.engine.model, model.engine.params, src, tgt)
     return np.asarray(logits)[..., : model.engine.tokenizer.vocab_size], tgt != PAD_ID
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _apply(module, params, src, tgt):
+    """module.apply, compiled once per module and shapes (the parameters are an argument)."""
+    return module.apply({"params": params}, src, tgt)
 
 
 def _marian_logits(marian, sources, targets, pad: int, source_pad: int | None = None):
@@ -345,10 +352,15 @@ def test_a_run_sent_to_hugging_face_and_back_is_the_run(exported, tmp_path):
     emitted = [t for t in range(tok.vocab_size) if t not in (PAD_ID, BOS_ID)]
     np.testing.assert_allclose(got[real][:, emitted], want[real][:, emitted], atol=ROUND_TRIP_ATOL)
     assert np.all(got[real][:, [PAD_ID, BOS_ID]] < -9e3)
+    # Searched in the trained run's buckets and batches (its own: tx's defaults, 17 buckets of
+    # 4096 tokens), all of SOURCES in one: one compiled search per beam
+    cfg, data = back.config.copy_and_resolve_references(), model.config.data
+    cfg.data.update(bucket_lengths=data.bucket_lengths, max_len=data.max_len)
+    cfg.decode.batch_tokens = model.config.decode.batch_tokens
+    back = dataclasses.replace(back, config=cfg)
     for beam in (1, 4):
-        assert back.translate(SOURCES, beam=beam, alpha=0.0) == model.translate(
-            SOURCES, beam=beam, alpha=0.0
-        ), f"beam {beam}"
+        ours = model.translate(SOURCES, beam=beam, alpha=0.0)
+        assert back.translate(SOURCES, beam=beam, alpha=0.0) == ours, f"beam {beam}"
     again = str(tmp_path / "again")
     tx_cli("export", "--workdir", workdir, "--format", "huggingface", "--out", again)
     first, second = (

@@ -84,9 +84,13 @@ def test_dev_loss_before_the_first_update_is_the_sources(source, tiny, trainer, 
     state = init_from.initial_state(trainer, start, cfg.train.seed)
     _assert_same(state.params, src_params)  # bit for bit, into this run's sharding
 
+    # One compiled eval step for both (the two models are the same: init_from.start checks it),
+    # compiled once for each batch shape.
+    eval_fn = trainer_lib.jit_eval_step(trainer)
+
     def dev_loss(t, params, ids, c):
         spec = dataset.batch_spec(c.data, t.layout.data_shards)
-        return evaluate_loss(t, trainer_lib.jit_eval_step(t), params, ids, c.data, spec)
+        return evaluate_loss(t, eval_fn, params, ids, c.data, spec)
 
     ours, theirs = (
         dev_loss(trainer, state.params, dev, cfg),
@@ -191,9 +195,21 @@ def test_from_a_run_a_checkpoint_or_an_average(source, averaged_source, trainer)
         _assert_same(init_from.initial_state(trainer, found, 0).params, want)
 
 
+def _newest_only(source: str, path) -> str:
+    """A copy of `source` with its newest checkpoint (20) alone: what a run found on a bucket
+    starts from, a quarter of the run to upload."""
+    checkpoints = os.path.join(source, "checkpoints")
+
+    def older(directory, names):
+        return [n for n in names if directory == checkpoints and n != "20"]
+
+    shutil.copytree(source, str(path), ignore=older)
+    return str(path)
+
+
 def test_from_a_bucket(source, trainer, bucket, tmp_path, tiny):
     run = bucket + "/run"
-    upload_run(source, run)
+    upload_run(_newest_only(source, tmp_path / "newest"), run)
     params = trainer.abstract_state.params
     found = init_from.find(run)
     assert (found.kind, found.step) == ("checkpoint", 20)
@@ -244,7 +260,9 @@ def test_a_different_model_is_refused_with_its_keys(source, tiny, tmp_path):
     assert start(tiny(f"train.init_from={source}", *free), str(tmp_path)).new_params == ()
 
 
-def test_new_parameters_start_from_their_initialisation_with_the_option(source, tiny, tmp_path):
+def test_new_parameters_start_from_their_initialisation_with_the_option(
+    source, tiny, trainer, tmp_path
+):
     cfg = tiny(f"train.init_from={source}", "model.attention_bias=True")
     with pytest.raises(ConfigError, match=r"model.attention_bias: False -> True"):
         init_from.start(cfg, str(tmp_path))
@@ -255,14 +273,11 @@ def test_new_parameters_start_from_their_initialisation_with_the_option(source, 
     assert found.differs == ("attention_bias",)
     assert "encoder/layer_0/self_attention/query_bias" in found.new_params
     assert all(k.endswith("_bias") for k in found.new_params) and len(found.new_params) == 24
-    trainer = trainer_lib.build(cfg)
-    got = _params(init_from.initial_state(trainer, found, 7).params)
-    fresh = _params(trainer_lib.create_train_state(trainer, 7).params)
-    src = _params(
-        Checkpointer(source).restore_params(
-            20, trainer_lib.build(load_config(wd.config_file(source))).abstract_state.params
-        )
-    )
+    with_bias = trainer_lib.build(cfg)
+    got = _params(init_from.initial_state(with_bias, found, 7).params)
+    fresh = _params(trainer_lib.create_train_state(with_bias, 7).params)
+    # The source's parameters: the tiny model's, as the module's `trainer` builds it.
+    src = _params(Checkpointer(source).restore_params(20, trainer.abstract_state.params))
     for k, value in got.items():
         np.testing.assert_array_equal(value, fresh[k] if k in found.new_params else src[k], k)
 

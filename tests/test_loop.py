@@ -17,6 +17,7 @@ from test_checkpoint import _files, damage
 from tx.config import ConfigError
 from tx.storage import WriteFailed
 from tx.train.checkpoint import Checkpointer, UnreadableCheckpoint
+from tx.train.events import read_scalars
 from tx.train.loop import train
 from tx.train.monitor import Diverged
 from tx.train.trainer import abstract_train_state, build
@@ -29,22 +30,36 @@ def test_tiny_training_end_to_end(vocab, tmp_path, tiny):
         "train.log_every_steps=5",
         "train.eval_every_steps=30",
     )
-    first = train(
-        tiny(f"data.vocab_path={vocab}", "train.num_steps=5", "train.log_every_steps=5"),
-        str(tmp_path / "a"),
-    )
-    last = train(cfg, str(tmp_path / "b"))
-    assert last["step"] == 30 and last["loss"] < first["loss"] - 0.3
+    last = train(cfg, str(tmp_path))
+    # The loss of steps 1-5 as the run logged it: what a 5-step run would return, untrained again.
+    steps, losses = read_scalars(str(tmp_path))["train/loss"]
+    assert list(steps) == [5, 10, 15, 20, 25, 30]
+    assert last["step"] == 30 and last["loss"] < losses[0] - 0.3
     assert np.isfinite(last["dev_perplexity"]) and last["dev_perplexity"] < 300
-    assert Checkpointer(str(tmp_path / "b")).latest_step() == 30
-    assert os.path.exists(tmp_path / "b" / "config.json")
-    assert os.listdir(tmp_path / "b" / "tensorboard")
+    assert Checkpointer(str(tmp_path)).latest_step() == 30
+    assert os.path.exists(tmp_path / "config.json")
+    assert os.listdir(tmp_path / "tensorboard")
 
 
-def test_workdir_with_other_model_is_refused(vocab, tmp_path, tiny):
-    train(tiny(f"data.vocab_path={vocab}", "train.num_steps=2"), str(tmp_path))
+@pytest.fixture(scope="module")
+def two_steps(vocab, tmp_path_factory, tiny):
+    """A workdir trained 2 steps with a checkpoint at each, for the refusals below to copy:
+    each needs a run that exists, not one of its own."""
+    path = tmp_path_factory.mktemp("two_steps")
+    cfg = tiny(f"data.vocab_path={vocab}", "train.num_steps=2", "train.checkpoint_every_steps=1")
+    train(cfg, str(path))
+    return path
+
+
+def _copy(run, tmp_path):
+    """A copy of the shared run `run` that a test may change."""
+    return shutil.copytree(run, tmp_path / "run")
+
+
+def test_workdir_with_other_model_is_refused(vocab, two_steps, tmp_path, tiny):
+    run = _copy(two_steps, tmp_path)
     with pytest.raises(ConfigError, match="model"):
-        train(tiny(f"data.vocab_path={vocab}", "model.d_model=64"), str(tmp_path))
+        train(tiny(f"data.vocab_path={vocab}", "model.d_model=64"), str(run))
 
 
 def test_nan_guard_stops_and_keeps_last_good_checkpoint(vocab, tmp_path, monkeypatch, tiny):
@@ -89,15 +104,19 @@ def _tx_train(workdir, *extra):
     ]
 
 
-def _train_cmd(workdir, vocab, steps, *extra):
-    return _tx_train(
-        workdir,
-        f"--config.data.vocab_path={vocab}",
-        f"--config.train.num_steps={steps}",
-        "--config.train.checkpoint_every_steps=1",
-        "--config.train.log_every_steps=1",
+def _overrides(vocab, steps, *extra):
+    """The tiny config's overrides for the runs below: a checkpoint and a log line every step."""
+    return [
+        f"data.vocab_path={vocab}",
+        f"train.num_steps={steps}",
+        "train.checkpoint_every_steps=1",
+        "train.log_every_steps=1",
         *extra,
-    )
+    ]
+
+
+def _train_cmd(workdir, vocab, steps, *extra):
+    return _tx_train(workdir, *(f"--config.{o}" for o in _overrides(vocab, steps, *extra)))
 
 
 def _final_params(workdir, cfg, step):
@@ -113,42 +132,47 @@ def _wait_for_checkpoint(workdir, proc, at_least, timeout=120):
         done = [int(d) for d in os.listdir(path) if d.isdigit()] if os.path.isdir(path) else []
         if done and max(done) >= at_least:
             return
-        time.sleep(0.2)
+        time.sleep(0.05)
 
 
-# Two kills cost another process start and run (89 s against 79 s with one at 40 steps; one kill
-# at 30 steps 68 s in the suite, 2 cores): the default suite kills once, `-m slow` twice.
-@pytest.mark.parametrize("kills", [(11,), pytest.param((3, 11), marks=pytest.mark.slow)])
-def test_sigkill_and_resume_is_bitwise_identical(root, vocab, tmp_path, tiny, kills):
+def _killed_after(cmd, root, workdir, at_least):
+    """The newest checkpoint of `cmd` (a training run) SIGKILLed once it has one >= `at_least`."""
+    proc = subprocess.Popen(cmd, cwd=root, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _wait_for_checkpoint(str(workdir), proc, at_least)
+    proc.send_signal(signal.SIGKILL)
+    assert proc.wait() == -signal.SIGKILL  # killed mid-run, not finished
+    return Checkpointer(str(workdir)).latest_step()
+
+
+# The steps a run goes on for after the checkpoint that triggers the last kill: the kill must come
+# before the run ends, and a fast machine takes a step or two between seeing a checkpoint (polled
+# every 0.05 s) and the kill (each step there waits for the previous step's save).
+ROOM = 8
+
+
+# Two kills cost another process start and run: the default suite kills once, `-m slow` twice.
+@pytest.mark.parametrize("kills", [(4,), pytest.param((3, 11), marks=pytest.mark.slow)])
+def test_sigkill_and_resume_is_bitwise_identical(root, vocab, tmp_path, tiny, caplog, kills):
     """Killed (once, or twice at different points); after the last kill the newest checkpoint
     is damaged on disk, so the last run resumes from the one before it (set aside, never
-    deleted), still bit for bit."""
-    steps = 30  # room after the last kill (step 11) on a fast machine: killing a finished run fails
+    deleted), still bit for bit. The kills need processes of their own; the uninterrupted
+    reference and the last resume run here, on the same config."""
+    steps = kills[-1] + ROOM
+    extra = ("train.keep_checkpoints=3",)  # pruning goes past the damaged checkpoint
+    cfg = tiny(*_overrides(vocab, steps, *extra))
     ref_dir, run_dir = tmp_path / "ref", tmp_path / "run"
-    subprocess.run(_train_cmd(ref_dir, vocab, steps), check=True, cwd=root, capture_output=True)
-    killed_at = []
-    for kill_after in kills:  # each kill mid-run, then run to the end
-        proc = subprocess.Popen(
-            _train_cmd(run_dir, vocab, steps),
-            cwd=root,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        _wait_for_checkpoint(str(run_dir), proc, kill_after)
-        proc.send_signal(signal.SIGKILL)
-        assert proc.wait() == -signal.SIGKILL  # killed mid-run, not finished
-        killed_at.append(Checkpointer(str(run_dir)).latest_step())
+    train(cfg, str(ref_dir))
+    cmd = _train_cmd(run_dir, vocab, steps, *extra)
+    killed_at = [_killed_after(cmd, root, run_dir, kill_after) for kill_after in kills]
     damaged = os.path.join(run_dir, "checkpoints", str(killed_at[-1]))
     damage(damaged, "metadata overwritten")  # the issue's case
     before = _files(damaged)
-    res = subprocess.run(
-        _train_cmd(run_dir, vocab, steps), check=True, cwd=root, capture_output=True, text=True
-    )
-    assert f"{damaged} cannot be restored (state/_METADATA is not JSON)" in res.stderr
-    assert f"resuming from {run_dir}/checkpoints step {killed_at[-1] - 1}" in res.stderr
-    assert _files(damaged + ".damaged") == before  # kept as it was, past pruning (keep 20)
+    with caplog.at_level("INFO"):
+        assert train(cfg, str(run_dir))["step"] == steps
+    assert f"{damaged} cannot be restored (state/_METADATA is not JSON)" in caplog.text
+    assert f"resuming from {run_dir}/checkpoints step {killed_at[-1] - 1}" in caplog.text
+    assert _files(damaged + ".damaged") == before  # kept as it was, past pruning (keep 3)
     assert killed_at == sorted(set(killed_at)) and killed_at[-1] < steps, killed_at
-    cfg = tiny()
     ref, ref_pos = _final_params(ref_dir, cfg, steps)
     got, got_pos = _final_params(run_dir, cfg, steps)
     assert ref_pos == got_pos
@@ -175,8 +199,8 @@ def test_sigterm_saves_a_checkpoint_and_exits_cleanly(root, vocab, tmp_path):
         tmp_path,
         vocab,
         100000,
-        "--config.train.checkpoint_every_steps=0",
-        "--config.train.checkpoint_every_secs=0",
+        "train.checkpoint_every_steps=0",
+        "train.checkpoint_every_secs=0",
     )
     code, out = _sigterm_at(cmd, root, 5)
     assert code == 0, out
@@ -198,18 +222,17 @@ def test_a_stopped_run_end_to_end_is_neither_averaged_nor_scored(root, vocab, tm
     assert not os.path.exists(tmp_path / "averaged") and "BLEU" not in out
 
 
-def test_resume_with_no_readable_checkpoint_names_each_and_changes_nothing(vocab, tmp_path, tiny):
-    cfg = tiny(f"data.vocab_path={vocab}", "train.num_steps=2", "train.checkpoint_every_steps=1")
-    train(cfg, str(tmp_path))
+def test_resume_with_no_readable_checkpoint_names_each_and_changes_nothing(
+    vocab, two_steps, tmp_path, tiny
+):
+    run = _copy(two_steps, tmp_path)
     for step in (1, 2):
-        damage(str(tmp_path / "checkpoints" / str(step)), "every file emptied")
+        damage(str(run / "checkpoints" / str(step)), "every file emptied")
     with pytest.raises(UnreadableCheckpoint) as e:
-        train(tiny(f"data.vocab_path={vocab}", "train.num_steps=4"), str(tmp_path))
-    assert f"checkpoints/2 cannot be restored (state/_METADATA is not JSON); {tmp_path}" in str(
-        e.value
-    )
+        train(tiny(f"data.vocab_path={vocab}", "train.num_steps=4"), str(run))
+    assert f"checkpoints/2 cannot be restored (state/_METADATA is not JSON); {run}" in str(e.value)
     assert "checkpoints/1 cannot be restored" in str(e.value)
-    assert sorted(os.listdir(tmp_path / "checkpoints")) == ["1", "2"]
+    assert sorted(os.listdir(run / "checkpoints")) == ["1", "2"]
 
 
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
@@ -230,10 +253,10 @@ def test_a_checkpoint_that_cannot_be_written_stops_training_and_resume_goes_on(
     assert Checkpointer(str(tmp_path)).all_steps() == [3, 6]
 
 
-def test_workdir_refuses_another_vocabulary(vocab, tmp_path, tiny):
+def test_workdir_refuses_another_vocabulary(two_steps, tmp_path, tiny):
     from tx.data.tokenizer import VocabularyError
 
-    train(tiny(f"data.vocab_path={vocab}", "train.num_steps=2"), str(tmp_path / "run"))
+    _copy(two_steps, tmp_path)
     # Same size, other data: a different vocabulary that would silently scramble the ids.
     other = tiny("data.demo_seed=7")
     from tx.data import vocabulary

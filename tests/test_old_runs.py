@@ -4,10 +4,9 @@ and translated (--nbest 2) by that commit's code; translations_41d4361.nbest is 
 
 import os
 import shutil
-import subprocess
-import sys
 
 import pytest
+from test_cli import tx_in_process
 
 GOLDEN = os.path.join(os.path.dirname(__file__), "golden", "run_before_wings")
 
@@ -19,10 +18,11 @@ def old_run(tmp_path):
     return str(path)
 
 
-def _tx(*args):
-    return subprocess.run(
-        [sys.executable, "-m", "tx", *args], capture_output=True, text=True, timeout=600
-    )
+@pytest.fixture
+def tx_cli(capfd, monkeypatch):
+    """tx_cli(*args) -> (exit status, stdout, stderr) of `python -m tx ARGS`, run in this
+    process (test_cli.tx_in_process): what is old is the run, not the process reading it."""
+    return lambda *args: tx_in_process(capfd, monkeypatch, *args)
 
 
 def _nbest(path):
@@ -30,13 +30,13 @@ def _nbest(path):
         return [line.rstrip("\n").split("\t") for line in f]
 
 
-def test_an_old_run_translates_as_it_did(old_run, tmp_path):
+def test_an_old_run_translates_as_it_did(tx_cli, old_run, tmp_path):
     out = tmp_path / "nbest.txt"
     src = os.path.join(old_run, "sentences.txt")
-    res = _tx(
+    status, _, err = tx_cli(
         "translate", "--workdir", old_run, "--input", src, "--output", str(out), "--nbest", "2"
     )
-    assert res.returncode == 0, res.stderr
+    assert status == 0, err[-3000:]
     want = _nbest(os.path.join(GOLDEN, "translations_41d4361.nbest"))
     got = _nbest(out)
     assert [(i, h) for i, _, h in got] == [(i, h) for i, _, h in want]
@@ -46,10 +46,12 @@ def test_an_old_run_translates_as_it_did(old_run, tmp_path):
         assert float(s) == pytest.approx(float(t), abs=1e-3)
 
 
-def test_an_old_run_resumes_training(old_run):
-    res = _tx("train", "--workdir", old_run, "--config", os.path.join(old_run, "config.json"),
-              "--config.train.num_steps=6")  # fmt: skip
-    assert res.returncode == 0, res.stderr
+def test_an_old_run_resumes_training(tx_cli, old_run):
+    config = os.path.join(old_run, "config.json")
+    status, _, err = tx_cli(
+        "train", "--workdir", old_run, "--config", config, "--config.train.num_steps=6"
+    )
+    assert status == 0, err[-3000:]
     assert os.path.isdir(os.path.join(old_run, "checkpoints", "6"))
     (cache,) = [d for d in os.listdir(os.path.join(old_run, "data")) if not d.startswith(".")]
     assert os.path.exists(os.path.join(old_run, "data", cache, "manifest.json"))  # adopted

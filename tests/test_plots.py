@@ -3,8 +3,6 @@ model's own positional encodings, curves from event files, and the commands that
 
 import os
 import struct
-import subprocess
-import sys
 import time
 
 import jax.numpy as jnp
@@ -12,6 +10,7 @@ import numpy as np
 import pytest
 from matplotlib.image import imread
 from matplotlib.text import Text
+from test_cli import tx_in_process
 
 from tx.model.layers import PositionEmbedding
 from tx.train.events import read_scalars
@@ -63,28 +62,31 @@ def expected_size(fig) -> tuple[int, int]:
     return round(w), round(h)
 
 
-def overlaps(fig) -> list[tuple[str, str]]:
+def overlaps(fig, draw=None) -> list[tuple[str, str]]:
     """Pairs of texts drawn on `fig` (titles, labels, the tick labels inside the view) whose
-    boxes intersect."""
-    drawn = []
+    boxes intersect, as `draw()` draws it: the canvas by default, or `plots.save` writing the
+    PNG (it lays out and draws the figure at the same DPI; a 6 x 8 grid takes seconds a draw,
+    so a test that saves checks that drawing rather than adding one)."""
+    drawn = {}  # in drawing order, once (a save lays out the figure, then draws it)
     original = Text.draw
 
     def record(self, renderer):
         if self.get_visible() and self.get_text().strip():
-            drawn.append(self)
+            drawn[self] = None
         return original(self, renderer)
 
     Text.draw = record
     try:
-        fig.canvas.draw()
+        (draw or fig.canvas.draw)()
     finally:
         Text.draw = original
+    texts = list(drawn)
     renderer = fig.canvas.get_renderer()
-    boxes = [t.get_window_extent(renderer).shrunk(0.98, 0.98) for t in drawn]
+    boxes = [t.get_window_extent(renderer).shrunk(0.98, 0.98) for t in texts]
     return [
-        (drawn[i].get_text(), drawn[j].get_text())
-        for i in range(len(drawn))
-        for j in range(i + 1, len(drawn))
+        (texts[i].get_text(), texts[j].get_text())
+        for i in range(len(texts))
+        for j in range(i + 1, len(texts))
         if boxes[i].overlaps(boxes[j])
     ]
 
@@ -107,8 +109,8 @@ def grid_25(layers=6, heads=8):
 
 def test_attention_grid_is_a_png_of_its_size_without_overlapping_text(tmp_path):
     fig = grid_25()  # the base model's 6 layers x 8 heads
-    assert overlaps(fig) == []
-    path = plots.save(fig, str(tmp_path / "sub" / "grid.png"))
+    path = str(tmp_path / "sub" / "grid.png")
+    assert overlaps(fig, draw=lambda: plots.save(fig, path)) == []
     assert png_size(path) == expected_size(fig)
     assert max(png_size(path)) < 6000  # legible, not a poster
     assert not os.path.exists(path + ".tmp")
@@ -217,26 +219,22 @@ def test_by_length_figure(tmp_path):
     assert png_size(plots.save(fig, str(tmp_path / "b.png"))) == expected_size(fig)
 
 
-def tx(root, *args):
-    return subprocess.run(
-        [sys.executable, "-m", "tx", *args], cwd=root, capture_output=True, text=True, timeout=600
-    )
+@pytest.fixture
+def tx_cli(capfd, monkeypatch):
+    """tx_cli(*args) -> (exit status, stdout, stderr) of `python -m tx ARGS`, run in this
+    process (test_cli.tx_in_process: stderr and logging as in a process of its own). The
+    pictures are drawn on Agg canvases (tx.viz.plots), whatever process draws them."""
+    return lambda *args: tx_in_process(capfd, monkeypatch, *args)
 
 
-def test_attention_and_plot_commands_print_what_they_wrote(root, trained, tmp_path):
+def test_attention_and_plot_commands_print_what_they_wrote(tx_cli, trained, tmp_path):
     start = time.time()
-    res = tx(
-        root,
-        "attention",
-        "--workdir",
-        trained,
-        "--text",
-        "The dog sees a cat.",
-        "--out",
-        str(tmp_path / "att"),
+    att = str(tmp_path / "att")
+    status, out, err = tx_cli(
+        "attention", "--workdir", trained, "--text", "The dog sees a cat.", "--out", att
     )
-    assert res.returncode == 0, res.stderr[-2000:]
-    paths = [line.removeprefix("wrote ") for line in res.stdout.splitlines()]
+    assert status == 0, err[-2000:]
+    paths = [line.removeprefix("wrote ") for line in out.splitlines()]
     assert [os.path.basename(p) for p in paths] == [
         "encoder_self_attention.png",
         "decoder_self_attention.png",
@@ -244,11 +242,15 @@ def test_attention_and_plot_commands_print_what_they_wrote(root, trained, tmp_pa
     ]
     for p in paths:
         assert os.path.getmtime(p) >= start - 1 and min(png_size(p)) > 300
-    res = tx(root, "plot", "--workdir", trained, trained, "--out", str(tmp_path / "curves.png"))
-    assert res.returncode == 0 and res.stdout.strip() == f"wrote {tmp_path / 'curves.png'}"
+    status, out, _ = tx_cli(
+        "plot", "--workdir", trained, trained, "--out", str(tmp_path / "curves.png")
+    )
+    assert status == 0 and out.strip() == f"wrote {tmp_path / 'curves.png'}"
     assert png_size(tmp_path / "curves.png") == (1500, 800)
-    res = tx(root, "plot", "--positional", "--d_model", "64", "--out", str(tmp_path / "pe.png"))
-    assert res.returncode == 0 and png_size(tmp_path / "pe.png") == (1600, 500)
+    status, _, _ = tx_cli(
+        "plot", "--positional", "--d_model", "64", "--out", str(tmp_path / "pe.png")
+    )
+    assert status == 0 and png_size(tmp_path / "pe.png") == (1600, 500)
 
 
 @pytest.mark.parametrize(
@@ -259,21 +261,20 @@ def test_attention_and_plot_commands_print_what_they_wrote(root, trained, tmp_pa
         (("plot", "--positional", "--d_model", "5"), "error: --d_model must be a positive even"),
     ],
 )
-def test_bad_input_is_one_line(root, trained, args, message):
+def test_bad_input_is_one_line(tx_cli, trained, args, message):
     if args[0] == "attention":
         args = (*args, "--workdir", trained)
-    res = tx(root, *args)
-    assert res.returncode != 0 and res.stderr.strip().splitlines()[-1].startswith(message)
-    assert "Traceback" not in res.stderr
+    status, _, err = tx_cli(*args)
+    assert status != 0 and err.strip().splitlines()[-1].startswith(message)
+    assert "Traceback" not in err
 
 
-def test_no_such_workdir_is_one_line(root, tmp_path):
+def test_no_such_workdir_is_one_line(tx_cli, tmp_path):
     for command in (("attention", "--text", "x"), ("plot",)):
-        res = tx(root, *command, "--workdir", str(tmp_path / "nope"))
-        assert res.returncode == 2 and "Traceback" not in res.stderr
+        status, _, err = tx_cli(*command, "--workdir", str(tmp_path / "nope"))
+        assert status == 2 and "Traceback" not in err
         assert (
-            res.stderr.strip().splitlines()[-1]
-            == f"error: --workdir {tmp_path / 'nope'} does not exist"
+            err.strip().splitlines()[-1] == f"error: --workdir {tmp_path / 'nope'} does not exist"
         )
 
 
@@ -300,18 +301,5 @@ def test_evaluate_by_length_reports_buckets_and_draws_them(trained, tmp_path, mo
     assert png_size(path)[0] >= 600
 
 
-def test_the_demo_draws_an_attention_map_and_the_curves(trained):
-    from tx.config import load_config
-    from tx.infer.translate import load_model
-    from tx.paper.demo import draw_pictures
-    from tx.workdir import CHECKPOINT, Selection, config_file
-
-    cfg = load_config(config_file(trained))
-    paths = draw_pictures(cfg, trained, load_model(cfg, Selection(trained, CHECKPOINT)))
-    assert [os.path.relpath(p, trained) for p in paths] == [
-        "plots/attention/encoder_self_attention.png",
-        "plots/attention/decoder_self_attention.png",
-        "plots/attention/encoder_decoder_attention.png",
-        "plots/curves.png",
-    ]
-    assert all(min(png_size(p)) > 300 for p in paths)
+# The demo's pictures (tx.paper.demo.draw_pictures): tests/test_end_to_end.py's
+# test_the_demo_prints_the_average_and_samples_before_the_scores checks their paths and sizes.

@@ -305,12 +305,21 @@ def reference_of(name: str):
 # Fixtures.
 
 
+@functools.cache
 def make(**overrides):
+    """(config, model, parameters) of SMALL with `overrides`, initialised once per module."""
     c = RNNConfig(**{**SMALL, **overrides})
     model = RNNSeq2Seq(c)
     tokens = jnp.ones((1, 4), jnp.int32)
     params = nn.meta.unbox(model.init(jax.random.PRNGKey(0), tokens, tokens)["params"])
     return c, model, params
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def forward(model, params, src, tgt):
+    """Teacher-forced logits [b, t, V], compiled once per model and shapes (eager, every call
+    would trace and compile the model's scans anew)."""
+    return model.apply({"params": params}, src, tgt)
 
 
 def random_tokens(seed, shape, low=4, high=40):
@@ -372,7 +381,7 @@ def test_gru_and_tanh_cells_equal_the_equations():
 def test_model_equals_the_reference(name):
     c, model, params = make(**CONFIGS[name])
     src, tgt = sources(), random_tokens(9, (2, 5))
-    logits = np.asarray(model.apply({"params": params}, jnp.asarray(src), jnp.asarray(tgt)))
+    logits = np.asarray(forward(model, params, src, tgt))
     value, bound = reference_of(name)
     # bound <= 6.8e-5 over the seven configurations; observed <= 3.1e-7
     err = np.abs(logits - value)
@@ -383,11 +392,13 @@ def test_model_equals_the_reference(name):
 def test_cached_decoding_matches_teacher_forcing(name):
     c, model, params = make(**CONFIGS[name])
     src, tgt = sources(), random_tokens(9, (2, 5))
-    full = np.asarray(model.apply({"params": params}, jnp.asarray(src), jnp.asarray(tgt)))
+    full = np.asarray(forward(model, params, src, tgt))
     bound = 2 * reference_of(name)[1]  # each evaluation within the bound
     own = decoder(model, params, jnp.asarray(src), 1, 5)
     assert not own.rows_independent  # its step closes over the memory repeated per row
-    tokens_to_logits, cache = own.tokens_to_logits, own.cache
+    # Compiled once for the five steps, as the search runs it (eager, each step's scan would
+    # be traced and compiled anew).
+    tokens_to_logits, cache = jax.jit(own.tokens_to_logits), own.cache
     assert set(cache) == ({"hidden", "cell"} if c.cell == "lstm" else {"hidden"})
     prev = jnp.full((2, 1), BOS_ID, jnp.int32)
     for t in range(tgt.shape[1]):
@@ -541,6 +552,12 @@ def decode_cfg(**kw):
     return ml_collections.ConfigDict({**base, **kw})
 
 
+class Unreordered(RNNSeq2Seq):
+    """The same model under a class of its own, so that the search (jitted with the model
+    static) is traced anew with tx.model.rnn.reorder_cache patched, not taken from the cache
+    (jax.clear_caches() would do it too, and make every later test in the process recompile)."""
+
+
 @pytest.mark.parametrize(
     "reorder",
     [pytest.param("model", marks=pytest.mark.slow), "identity"],  # 33 s and 16 s
@@ -548,14 +565,15 @@ def decode_cfg(**kw):
 def test_beam_search_through_translate_scores_what_the_model_says(tiny, monkeypatch, reorder):
     """Every hypothesis of a 4-wide beam scores its own teacher-forced log-probability: the
     recurrent state followed the beam. With the reordering switched off, it does not."""
-    c, model, params = make(attention="additive", num_layers=2)
+    c, _, params = make(attention="additive", num_layers=2)
     params = jax.tree_util.tree_map(lambda x: 3 * x, params)  # peakier: beams diverge
+    model = build_model(c)
     if reorder == "identity":
         import tx.model.rnn
 
         monkeypatch.setattr(tx.model.rnn, "reorder_cache", lambda cache, rows: cache)
-        jax.clear_caches()  # the search is jitted with the model static: trace it anew
-    loaded = LoadedModel(build_model(c), params, None, "init", sharding.layout(tiny().mesh))
+        model = Unreordered(c)  # the search is jitted with the model static: traced anew
+    loaded = LoadedModel(model, params, None, "init", sharding.layout(tiny().mesh))
     srcs = [np.asarray([*random_tokens(s, (n,)), EOS_ID], np.int32) for s, n in ((1, 4), (2, 6))]
     results = translate_ids(loaded, srcs, decode_cfg(), (8, 16), nbest=4)
     params64 = jax.tree_util.tree_map(lambda x: np.asarray(x, np.float64), params)
@@ -577,7 +595,7 @@ def test_beam_search_through_translate_scores_what_the_model_says(tiny, monkeypa
 @pytest.mark.parametrize(
     "config", [pytest.param("rnn_seq2seq.py", marks=pytest.mark.slow), "rnn_attention.py"]
 )
-def test_tiny_rnn_trains_and_translates_through_the_shared_commands(root, tmp_path, config):
+def test_tiny_rnn_trains_and_translates_through_the_shared_commands(root, tmp_path, vocab, config):
     from tx.infer.translate import load_model, translate
     from tx.train.averaging import average
     from tx.train.checkpoint import Checkpointer
@@ -588,7 +606,11 @@ def test_tiny_rnn_trains_and_translates_through_the_shared_commands(root, tmp_pa
         f"data.{k}={tiny.data[k]}"
         for k in ("demo_train_size", "vocab_size", "spm_sample_size", "tokens_per_step")
     ]
-    overrides += ["data.num_workers=1", "data.bucket_lengths=(16, 32, 48)", "model.d_model=32"]
+    # The session's tiny vocabulary (the same data and size: nothing to train). One bucket:
+    # the train step compiles once (about 9 s of CPU each; three buckets compiled three), the
+    # rows per batch still come from the real tokens per step.
+    overrides += [f"data.vocab_path={vocab}", "data.num_workers=1", "data.bucket_lengths=(48,)"]
+    overrides += ["model.d_model=32"]
     overrides += ["optim.warmup_steps=20", "train.checkpoint_every_steps=10"]
     overrides += ["train.log_every_steps=5", "train.eval_every_steps=0", "decode.batch_tokens=512"]
     cfg = load_config(str(root / "configs" / config), [*overrides, "train.num_steps=30"])

@@ -6,6 +6,7 @@ The decoders here are toy language models: logits = trans[previous token] + bias
 noise[step], so that repetitions come from the transition table and every score can be
 recomputed by hand."""
 
+import functools
 import json
 import math
 
@@ -17,17 +18,15 @@ import pytest
 
 from tx.config import ConfigError, load_config
 from tx.infer.safeguards import RATIO_EXTRA_LEN, max_output_length, repeated_ngram_bans
-from tx.infer.search import (
-    NEG,
-    Decoder,
-    Strategy,
-    beam_search,
-    greedy_search,
-    length_penalty,
-)
+from tx.infer.search import NEG, Decoder, Strategy, length_penalty
 from tx.tokens import BOS_ID, EOS_ID, PAD_ID
 
 V = 10  # pad, eos, unk, bos + the words 4..9
+
+# The programs here run for milliseconds, each compiled once: LLVM's optimisations took half of
+# every compile and change results by float rounding at most (fused multiply-adds), which the
+# tolerances below allow for.
+jit = functools.partial(jax.jit, compiler_options={"xla_backend_optimization_level": 0})
 
 
 def toy_decoder(trans, bias, noise, width: int) -> Decoder:
@@ -40,6 +39,19 @@ def toy_decoder(trans, bias, noise, width: int) -> Decoder:
         return logits, {**cache, "step": cache["step"] + 1}
 
     return Decoder(tokens_to_logits, cache)
+
+
+def toy_search(lm, max_lengths, rng=None, *, strategy: Strategy, max_steps: int):
+    """`strategy`'s search with toy_decoder(*lm): sequences [b, w, max_steps], scores [b, w].
+    The model's tables are arguments, not constants, and `rng` a fixed key where none is
+    given, so that each strategy and shape compiles once for every seed and test."""
+    rng = jax.random.PRNGKey(0) if rng is None else rng
+    return _toy_search(lm, max_lengths, rng, strategy=strategy, max_steps=max_steps)
+
+
+@functools.partial(jit, static_argnames=("strategy", "max_steps"))
+def _toy_search(lm, max_lengths, rng, *, strategy: Strategy, max_steps: int):
+    return strategy(toy_decoder(*lm, strategy.width), max_lengths, max_steps, rng)
 
 
 def random_lm(seed: int, batch: int, steps: int, eos_shift: float = -4.0):
@@ -114,7 +126,9 @@ def test_off_the_search_is_the_one_before_the_safeguards(name):
     old = Strategy.from_config(ml_collections.ConfigDict(decode))  # a section without the keys
     off = Strategy.from_config(ml_collections.ConfigDict({**decode, "no_repeat_ngram_size": 0}))
     assert old == off and off.no_repeat_ngram_size == 0
-    seqs, scores = off(toy_decoder(*lm, off.width), jnp.array([7, 4, 9]), 10, jax.random.PRNGKey(7))
+    seqs, scores = toy_search(
+        lm, jnp.array([7, 4, 9]), jax.random.PRNGKey(7), strategy=off, max_steps=10
+    )
     want_seqs, want_scores = GOLDEN[name]
     np.testing.assert_array_equal(np.asarray(seqs), np.array(want_seqs))
     # The same operations as before (the jaxprs of the three searches were identical to those
@@ -125,13 +139,15 @@ def test_off_the_search_is_the_one_before_the_safeguards(name):
 
 @pytest.mark.parametrize("name", ["beam", "greedy", "sample"])
 def test_a_repeating_model_repeats_without_the_option_and_never_with_it(name):
-    lm = [jnp.asarray(x) for x in cycle_lm(2, 16)]
-    max_lengths = jnp.array([15, 9])
+    # The shapes (4 sentences, 13 steps) and beam and greedy searches of
+    # test_beam_keeps_the_rule_and_scores_the_models_log_probabilities: compiled once for both.
+    lm = [jnp.asarray(x) for x in cycle_lm(4, 13)]
+    max_lengths = jnp.array([12, 9, 12, 9])
     for n in (0, 2, 3):
         strategy = Strategy(name, beam_size=4, no_repeat_ngram_size=n)
-        out = strategy(toy_decoder(*lm, strategy.width), max_lengths, 16, jax.random.PRNGKey(0))
+        out = toy_search(lm, max_lengths, strategy=strategy, max_steps=13)
         found = hypotheses(*out)
-        assert len(found) == 2 * strategy.width  # every slot holds a hypothesis
+        assert len(found) == 4 * strategy.width  # every slot holds a hypothesis
         for b, seq, _ in found:
             assert seq[-1] == EOS_ID and len(seq) <= int(max_lengths[b]) + 1
             words = seq[:-1]
@@ -173,22 +189,19 @@ def test_greedy_equals_fairseqs_rule_token_by_token(seed):
     batch, steps = 6, 14
     trans, bias, noise = random_lm(seed, batch, steps)
     max_lengths = np.array([13, 13, 10, 7, 13, 3])
+    lm = [jnp.asarray(x) for x in (trans, bias, noise)]
     changed = 0
     for n in (1, 2, 3, 4):
-        seqs, scores = greedy_search(
-            toy_decoder(jnp.asarray(trans), jnp.asarray(bias), jnp.asarray(noise), 1),
-            jnp.asarray(max_lengths),
-            max_steps=steps,
-            no_repeat_ngram_size=n,
-        )
+        greedy = Strategy("greedy", no_repeat_ngram_size=n)
+        seqs, scores = toy_search(lm, jnp.asarray(max_lengths), strategy=greedy, max_steps=steps)
         for b in range(batch):
             want, want_score = fairseq_greedy(trans, bias[b], noise, max_lengths[b], n)
-            got = np.asarray(seqs[b]).tolist()
+            got = np.asarray(seqs[b, 0]).tolist()
             assert got[: len(want)] == want, (n, b)
             assert set(got[len(want) :]) <= {PAD_ID}
             # float32 against float64: <= 14 log-probabilities of float32 rounding; observed
             # <= 2.3e-6 (seeds 0-4).
-            assert float(scores[b]) == pytest.approx(want_score, abs=1e-4)
+            assert float(scores[b, 0]) == pytest.approx(want_score, abs=1e-4)
             changed += want != fairseq_greedy(trans, bias[b], noise, max_lengths[b], 0)[0]
     # The rule changed most outputs (observed 17-21 of 24, seeds 0-4): not a vacuous check.
     assert changed >= 12
@@ -204,10 +217,12 @@ def test_beam_keeps_the_rule_and_scores_the_models_log_probabilities(seed):
     trans, bias, noise = random_lm(seed, batch, steps)
     lm = [jnp.asarray(x) for x in (trans, bias, noise)]
     max_lengths = jnp.array([12, 8, 12, 5])
-    args = dict(beam_size=4, alpha=0.6, max_steps=steps)
-    off, _ = beam_search(toy_decoder(*lm, 4), max_lengths, **args)
+    run = functools.partial(toy_search, lm, max_lengths, max_steps=steps)
+    off, _ = run(strategy=Strategy("beam", beam_size=4, alpha=0.6))
     for n in (2, 3):
-        seqs, scores = beam_search(toy_decoder(*lm, 4), max_lengths, **args, no_repeat_ngram_size=n)
+        seqs, scores = run(
+            strategy=Strategy("beam", beam_size=4, alpha=0.6, no_repeat_ngram_size=n)
+        )
         assert (np.asarray(seqs) != np.asarray(off)).any()  # observed: 9-16 of 16 differ
         for b, seq, score in hypotheses(seqs, scores):
             words = seq[:-1]
@@ -215,18 +230,9 @@ def test_beam_keeps_the_rule_and_scores_the_models_log_probabilities(seed):
             want = teacher_forced(trans, bias[b], noise, seq) / float(length_penalty(len(seq), 0.6))
             # <= 13 float32 log-probabilities; observed <= 1.6e-6 (seeds 0-4)
             assert score == pytest.approx(want, abs=1e-4)
-        one, _ = beam_search(
-            toy_decoder(*lm, 1),
-            max_lengths,
-            beam_size=1,
-            alpha=0.0,
-            max_steps=steps,
-            no_repeat_ngram_size=n,
-        )
-        greedy, _ = greedy_search(
-            toy_decoder(*lm, 1), max_lengths, max_steps=steps, no_repeat_ngram_size=n
-        )
-        np.testing.assert_array_equal(np.asarray(one[:, 0]), np.asarray(greedy))
+        one, _ = run(strategy=Strategy("beam", beam_size=1, alpha=0.0, no_repeat_ngram_size=n))
+        greedy, _ = run(strategy=Strategy("greedy", no_repeat_ngram_size=n))
+        np.testing.assert_array_equal(np.asarray(one), np.asarray(greedy))
 
 
 def teacher_forced(trans, bias, noise, seq) -> float:
@@ -238,6 +244,10 @@ def teacher_forced(trans, bias, noise, seq) -> float:
         total += logits[tok] - np.log(np.sum(np.exp(logits - logits.max()))) - logits.max()
         prev = tok
     return total
+
+
+# One compile per n and shape for the cases below (op by op, each case compiled its own).
+bans = jit(repeated_ngram_bans, static_argnums=(2, 3))
 
 
 @pytest.mark.parametrize(
@@ -261,13 +271,13 @@ def test_bans_follow_the_written_tokens_and_never_eos(written, n, banned):
     written yet after them (they must not count: here 4s, which would ban 4 or 5)."""
     length = len(written)
     row = written + [4] * (7 - length)
-    got = repeated_ngram_bans(jnp.array([row, row], jnp.int32), jnp.array(length), n, V)
+    got = bans(jnp.array([row, row], jnp.int32), jnp.array(length), n, V)
     assert [np.flatnonzero(r).tolist() for r in np.asarray(got)] == [banned, banned]
 
 
 def test_an_ngram_longer_than_the_rows_bans_nothing():
     seqs = jnp.array([[4, 4, 4]], jnp.int32)
-    assert not np.asarray(repeated_ngram_bans(seqs, jnp.array(3), 4, V)).any()
+    assert not np.asarray(bans(seqs, jnp.array(3), 4, V)).any()
 
 
 def test_max_output_length_is_the_papers_limit_capped_by_the_ratio():
@@ -292,9 +302,11 @@ def test_a_search_runs_to_the_ratios_limit_and_not_beyond():
     limits = [max_output_length(n, 50, 0.5) for n in inputs]
     assert limits == [11, 12, 17, 25]
     trans, bias, noise = random_lm(3, len(inputs), max(limits) + 1, eos_shift=-1e3)
+    lm = [jnp.asarray(x) for x in (trans, bias, noise)]
     for strategy in (Strategy("beam", beam_size=2), Strategy("greedy")):
-        lm = toy_decoder(jnp.asarray(trans), jnp.asarray(bias), jnp.asarray(noise), strategy.width)
-        seqs, scores = strategy(lm, jnp.array(limits), max(limits) + 1, jax.random.PRNGKey(0))
+        seqs, scores = toy_search(
+            lm, jnp.array(limits), strategy=strategy, max_steps=max(limits) + 1
+        )
         for b, seq, _ in hypotheses(seqs, scores):
             assert len(seq) == limits[b] + 1, (strategy.name, b, seq)  # the limit's words + EOS
 
