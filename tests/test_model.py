@@ -1,5 +1,7 @@
 """Model-level properties: causality, padding, position information, cache, weight tying."""
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -30,9 +32,22 @@ ENCODER_ATOL = 5e-4
 def make(**overrides):
     cfg = ModelConfig(**{**SMALL, **overrides})
     model = Transformer(cfg)
+    return model, _init(model)
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _init(model):
     tokens = jnp.ones((1, 4), jnp.int32)
-    params = nn.meta.unbox(model.init(jax.random.PRNGKey(0), tokens, tokens)["params"])
-    return model, params
+    return nn.meta.unbox(model.init(jax.random.PRNGKey(0), tokens, tokens)["params"])
+
+
+@functools.partial(jax.jit, static_argnums=0, static_argnames="method")
+def forward(model, params, *inputs, method=None):
+    """model.apply, compiled once per model, shapes and method and shared by the tests (op by
+    op, every test would compile each small operation of its own shapes). The same program
+    for inputs of the same shapes: where a test compares two calls for exact equality, both
+    run the same float32 operations, as before."""
+    return model.apply({"params": params}, *inputs, **({"method": method} if method else {}))
 
 
 def random_tokens(seed, shape, low=4, high=40):
@@ -53,10 +68,10 @@ def test_decoder_is_causal(pre_ln):
     model, params = make(pre_ln=pre_ln)
     src = random_tokens(0, (2, 6))
     tgt = random_tokens(1, (2, 7))
-    logits = model.apply({"params": params}, src, tgt)
+    logits = forward(model, params, src, tgt)
     for t in (0, 3, 5):
         changed = tgt.at[:, t + 1 :].set(random_tokens(2, (2, 7 - t - 1)))
-        other = model.apply({"params": params}, src, changed)
+        other = forward(model, params, src, changed)
         # Exact: the changed keys get weight exp(finfo.min - max) = 0 and the shapes are the
         # same, so the same float32 operations run on the same values (observed: 0 difference).
         np.testing.assert_array_equal(logits[:, : t + 1], other[:, : t + 1])
@@ -70,12 +85,12 @@ def test_source_padding_does_not_change_outputs():
     src = random_tokens(3, (2, 5))
     tgt = random_tokens(4, (2, 6))
     padded = jnp.pad(src, ((0, 0), (0, 4)))
-    a = model.apply({"params": params}, src, tgt)
-    b = model.apply({"params": params}, padded, tgt)
+    a = forward(model, params, src, tgt)
+    b = forward(model, params, padded, tgt)
     # bound (see LOGITS_ATOL) <= 1.6e-3; observed <= 1.4e-6 (seeds 0-4, 1 and 2 threads, 8 devices)
     np.testing.assert_allclose(a, b, atol=LOGITS_ATOL)
-    enc_a = model.apply({"params": params}, src, method=Transformer.encode)
-    enc_b = model.apply({"params": params}, padded, method=Transformer.encode)
+    enc_a = forward(model, params, src, method=Transformer.encode)
+    enc_b = forward(model, params, padded, method=Transformer.encode)
     # bound <= 4.4e-4; observed <= 7.2e-7 (same runs)
     np.testing.assert_allclose(enc_a, enc_b[:, :5], atol=ENCODER_ATOL)
 
@@ -83,8 +98,8 @@ def test_source_padding_does_not_change_outputs():
 def test_target_padding_does_not_change_real_positions():
     model, params = make()
     src, tgt = random_tokens(5, (1, 5)), random_tokens(6, (1, 4))
-    a = model.apply({"params": params}, src, tgt)
-    b = model.apply({"params": params}, src, jnp.pad(tgt, ((0, 0), (0, 3))))
+    a = forward(model, params, src, tgt)
+    b = forward(model, params, src, jnp.pad(tgt, ((0, 0), (0, 3))))
     # bound (see LOGITS_ATOL) <= 1.7e-3; observed <= 8.4e-7 (seeds 0-4, 1 and 2 threads, 8 devices)
     np.testing.assert_allclose(a, b[:, :4], atol=LOGITS_ATOL)
 
@@ -122,8 +137,9 @@ def test_cached_decoding_matches_full_forward(overrides):
     model, params = make(**overrides)
     src = random_tokens(8, (2, 5)).at[1, 3:].set(0)  # second sentence padded
     tgt = random_tokens(9, (2, 6))
-    full = model.apply({"params": params}, src, tgt)
+    full = forward(model, params, src, tgt)
     tokens_to_logits, cache, _ = incremental_decoder(model, params, src, width=1, max_len=6)
+    tokens_to_logits = jax.jit(tokens_to_logits)  # one program for the six steps
     prev = jnp.full((2, 1), BOS_ID, jnp.int32)
     for t in range(6):
         logits, cache = tokens_to_logits(prev, cache)
@@ -170,9 +186,9 @@ def test_packed_rows_equal_separate_rows():
     tgt_seg = jnp.array([[1, 1, 1, 1, 2, 2, 0, 0]])
     src_pos = jnp.array([[0, 1, 2, 0, 1, 2, 3, 0]])
     tgt_pos = jnp.array([[0, 1, 2, 3, 0, 1, 0, 0]])
-    packed = model.apply({"params": params}, src, tgt, src_seg, tgt_seg, src_pos, tgt_pos)
-    a = model.apply({"params": params}, a_src, a_tgt)
-    b = model.apply({"params": params}, b_src, b_tgt)
+    packed = forward(model, params, src, tgt, src_seg, tgt_seg, src_pos, tgt_pos)
+    a = forward(model, params, a_src, a_tgt)
+    b = forward(model, params, b_src, b_tgt)
     # bound (see LOGITS_ATOL) <= 1.3e-3; observed <= 1.1e-6 (seeds 0-4, 1 and 2 threads, 8 devices)
     np.testing.assert_allclose(packed[:, :4], a, atol=LOGITS_ATOL)
     np.testing.assert_allclose(packed[:, 4:6], b, atol=LOGITS_ATOL)
@@ -181,7 +197,7 @@ def test_packed_rows_equal_separate_rows():
 def test_bfloat16_compute_keeps_float32_params():
     model, params = make(dtype="bfloat16")
     assert all(p.dtype == jnp.float32 for p in jax.tree_util.tree_leaves(params))
-    logits = model.apply({"params": params}, random_tokens(0, (1, 3)), random_tokens(1, (1, 3)))
+    logits = forward(model, params, random_tokens(0, (1, 3)), random_tokens(1, (1, 3)))
     assert logits.dtype == jnp.float32
 
 
@@ -260,8 +276,8 @@ def test_attention_implementations_compute_the_same_model(packed):
             jnp.array([[0, 1, 2, 0, 1, 2, 3], [0, 1, 2, 3, 0, 0, 0]]),
             jnp.array([[0, 1, 0, 0, 0, 0], [0, 1, 2, 3, 4, 5]]),
         )
-    want = model.apply({"params": params}, src, tgt, *extra)
-    got = fused.apply({"params": params}, src, tgt, *extra)
+    want = forward(model, params, src, tgt, *extra)
+    got = forward(fused, params, src, tgt, *extra)
     real = np.asarray(tgt != 0)
     np.testing.assert_allclose(np.asarray(got)[real], np.asarray(want)[real], atol=LOGITS_ATOL)
 
@@ -324,13 +340,13 @@ def test_padded_vocabulary_is_the_same_model():
     # The same dot products, but a wider matrix product may block (and so sum) them in another
     # order: within LOGITS_ATOL (observed 3.6e-7; the rest of the model is the same arithmetic).
     np.testing.assert_allclose(
-        padded.apply({"params": padded_params}, src, tgt),
-        model.apply({"params": params}, src, tgt),
+        forward(padded, padded_params, src, tgt),
+        forward(model, params, src, tgt),
         atol=LOGITS_ATOL,
     )
 
     def loss(p):
-        states, head = padded.apply({"params": p}, src, tgt, method="features")
+        states, head = forward(padded, p, src, tgt, method="features")
         weights = jnp.ones(tgt.shape)
         return chunked_cross_entropy(
             states, head, tgt, weights, label_smoothing=0.1, vocab_size=40

@@ -23,7 +23,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # before TensorFlow is impor
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
 
 from tx import storage, workdir
-from tx.cli import COMMANDS, MODULE_NAMES, options
+from tx.cli import COMMANDS, MODULE_NAMES, compile_cache, options
 from tx.cli.options import UsageError
 from tx.config import ConfigError, configs_dir, load_config, split_config_args
 from tx.train.distributed import LaunchError, ProcessLost, exit_now, initialize, process_lost
@@ -97,6 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         _merge_global_options(args)
         cfg = _config(command, args, config_path, overrides)
+        compile_cache.enable()  # before anything compiles (tx.cli.compile_cache)
         # After the config (it sets the heartbeat timeout), before anything touches a device.
         initialize(
             args.coordinator_address,

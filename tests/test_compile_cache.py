@@ -1,0 +1,60 @@
+"""Compiled programs kept across commands (tx.cli.compile_cache): where the cache is, and that a
+command translates the same cold, warm, with the cache off, and over damaged entries."""
+
+import os
+import pathlib
+import subprocess
+import sys
+
+from tx import storage
+from tx.cli.compile_cache import directory
+
+SENTENCES = "The dog sees a cat.\nWe count three small birds.\n"
+
+
+def test_where_the_cache_is():
+    assert (
+        directory({"JAX_COMPILATION_CACHE_DIR": "/yours", "TX_COMPILATION_CACHE": "/b"}) == "/yours"
+    )
+    assert directory({"TX_COMPILATION_CACHE": "gs://b/jax"}) == "gs://b/jax"
+    for off in ("off", "0", "False", "none"):
+        assert directory({"TX_COMPILATION_CACHE": off}) is None
+    assert directory({}) == storage.cache_dir("jax")
+    assert directory({"TX_COMPILATION_CACHE": " "}) == storage.cache_dir("jax")
+
+
+def _translate(root, workdir, **env) -> str:
+    """`python -m tx translate` of SENTENCES in a process of its own, without the suite's
+    JAX_COMPILATION_CACHE_DIR and with `env` added; its output."""
+    environ = {k: v for k, v in os.environ.items() if k != "JAX_COMPILATION_CACHE_DIR"}
+    environ.update(JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0", **env)
+    done = subprocess.run(
+        [sys.executable, "-m", "tx", "translate", "--workdir", workdir],
+        input=SENTENCES, capture_output=True, text=True, cwd=root, env=environ, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
+
+
+def _entries(cache: pathlib.Path) -> dict[str, int]:
+    return {str(p): p.stat().st_size for p in cache.rglob("*") if p.is_file()}
+
+
+def test_a_command_translates_the_same_cold_warm_off_and_over_damaged_entries(
+    root, trained, tmp_path
+):
+    """Cold (the default place: TX_CACHE_DIR/jax), warm (nothing compiled anew, so nothing new
+    kept), off (nothing kept, even where the default would be), and every entry cut short
+    (a warning and a compile): the same translations each time."""
+    cache = tmp_path / "tx" / "jax"
+    cold = _translate(root, trained, TX_CACHE_DIR=str(tmp_path / "tx"))
+    written = _entries(cache)
+    assert written and len(cold.splitlines()) == 2  # the programs it compiled were kept
+    assert _translate(root, trained, TX_COMPILATION_CACHE=str(cache)) == cold
+    assert _entries(cache) == written
+    off = tmp_path / "off"
+    assert _translate(root, trained, TX_CACHE_DIR=str(off), TX_COMPILATION_CACHE="off") == cold
+    assert not off.exists()
+    for path in written:
+        pathlib.Path(path).write_bytes(pathlib.Path(path).read_bytes()[:7])
+    assert _translate(root, trained, TX_COMPILATION_CACHE=str(cache)) == cold
