@@ -14,7 +14,6 @@ the run each time). Nothing else should run on the machine meanwhile.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import statistics
@@ -27,6 +26,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from common import save  # noqa: E402
+
+from tx.train import runcard  # noqa: E402
 
 SENTENCE = "Today, she needs the boat.\n"
 
@@ -49,8 +50,7 @@ def timed(args: list[str], cache: str, stdin: str = "") -> tuple[float, str]:
 def commands(workdir: str, scratch: str) -> dict:
     """name -> a function () -> (args, stdin): each call a fresh command line (train: a fresh
     copy of the run, resumed for one step)."""
-    with open(os.path.join(workdir, "card.json")) as f:
-        steps = json.load(f)["totals"]["steps"]
+    steps = runcard.totals(runcard.load(workdir))["steps"]
 
     def train():
         copy = tempfile.mkdtemp(dir=scratch)
@@ -71,7 +71,7 @@ def main() -> None:
     p.add_argument("--workdir", default=os.path.join(ROOT, "runs", "demo"))
     p.add_argument("--rounds", type=int, default=3)
     args = p.parse_args()
-    if not os.path.exists(os.path.join(args.workdir, "card.json")):
+    if runcard.load(args.workdir) is None:
         raise SystemExit(f"{args.workdir} is not a trained run: make demo first")
     scratch = tempfile.mkdtemp(prefix="tx-compile-cache-")
     out = {}

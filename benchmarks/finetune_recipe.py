@@ -42,6 +42,8 @@ sys.path.insert(0, ROOT)
 
 from common import RESULTS, environment  # noqa: E402
 
+from tx.train import runcard  # noqa: E402
+
 SMALL = os.path.join(ROOT, "configs", "small.py")
 FINETUNE = os.path.join(ROOT, "configs", "finetune.py")
 RECIPE_WEIGHTS = "(1, 1)"  # old : new for the recipe arm (configs/finetune.py's Command)
@@ -101,9 +103,11 @@ def train_arm(workdir: str, config: str, overrides: list[str], which: str) -> di
     tx("train", "--config", config, "--workdir", workdir, *overrides)
     if which == "averaged":
         tx("average", "--workdir", workdir)
-    with open(os.path.join(workdir, "card.json")) as f:
-        card = json.load(f)
-    out = {"steps": card["totals"]["steps"], "minutes": round((time.time() - started) / 60, 1)}
+    card = runcard.load(workdir)
+    out = {
+        "steps": runcard.totals(card)["steps"],
+        "minutes": round((time.time() - started) / 60, 1),
+    }
     if which == "best":
         out["best_step"] = card.get("early_stop", {}).get("best_step")
     return out
