@@ -9,7 +9,9 @@ $TX_CACHE_DIR, else $XDG_CACHE_HOME/tx, else ~/.cache/tx). TX_COMPILATION_CACHE=
 off. JAX keys each entry by the program, the compile options, the devices and the jax and
 jaxlib versions, so another release or machine never loads a program it did not write; it
 writes each entry whole before others can read it, so processes may share one directory; and an
-entry it cannot read is a warning and a compile, never an error. The Python API (tx.load) leaves
+entry it cannot read is a warning and a compile, never an error. A run of several processes
+keeps its programs only where TX_COMPILATION_CACHE or JAX_COMPILATION_CACHE_DIR names a place
+(`enable`). The Python API (tx.load) leaves
 JAX's settings as the program that imports it has them.
 """
 
@@ -34,10 +36,16 @@ def directory(environ=os.environ) -> str | None:
 
 
 def enable() -> str | None:
-    """Points JAX at `directory()` (before the command compiles anything); returns it."""
+    """Points JAX at `directory()` (after jax.distributed starts, before the command compiles
+    anything); returns it. Not by default for a run of several processes: with jax 0.12.1 two
+    CPU processes training from a warm cache hung before their first step (a cold one did not;
+    tests/test_distributed.py's prepared-data test, run twice on one cache), so a pod keeps
+    its programs only where TX_COMPILATION_CACHE or JAX_COMPILATION_CACHE_DIR names a place."""
+    import jax
+
+    if jax.process_count() > 1 and not os.environ.get(ENV, "").strip():
+        return os.environ.get("JAX_COMPILATION_CACHE_DIR") or None
     path = directory()
     if path is not None and not os.environ.get("JAX_COMPILATION_CACHE_DIR"):
-        import jax
-
         jax.config.update("jax_compilation_cache_dir", path)
     return path

@@ -97,7 +97,6 @@ def main(argv: list[str] | None = None) -> int:
     try:
         _merge_global_options(args)
         cfg = _config(command, args, config_path, overrides)
-        compile_cache.enable()  # before anything compiles (tx.cli.compile_cache)
         # After the config (it sets the heartbeat timeout), before anything touches a device.
         initialize(
             args.coordinator_address,
@@ -105,6 +104,7 @@ def main(argv: list[str] | None = None) -> int:
             args.process_id,
             cfg.mesh.heartbeat_timeout_secs if cfg is not None else None,
         )
+        compile_cache.enable()  # before anything compiles (tx.cli.compile_cache)
     except (ConfigError, workdir.NotARun, UsageError, LaunchError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
