@@ -13,7 +13,7 @@ import time
 import jax
 import numpy as np
 import pytest
-from conftest import ROOT, Tiny
+from conftest import ROOT, Tiny, multiprocess_env
 from object_store import point_at
 
 from tx import storage
@@ -33,7 +33,7 @@ def _free_port() -> int:
 def _train(workdir: str, vocab: str, logs: str, name: str) -> list[subprocess.Popen]:
     """Processes 0 and 1 of `train` on `workdir`; their output in logs/<name><i>."""
     port = _free_port()
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=1"}
+    env = multiprocess_env({**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=1"})
     procs = []
     for i in range(2):
         cmd = [

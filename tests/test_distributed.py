@@ -10,7 +10,7 @@ import sys
 import time
 
 import pytest
-from conftest import ROOT, Tiny
+from conftest import ROOT, Tiny, multiprocess_env
 
 HEARTBEAT = 10  # mesh.heartbeat_timeout_secs for these runs
 SLACK = 20  # seconds beyond it: JAX's check interval and a loaded machine
@@ -45,11 +45,13 @@ def _start_two(tmp_path, vocab, *extra, workdir=None, prepared=True) -> list:
     if prepared:
         _prepare(workdir, vocab)
     port = _free_port()
-    env = {
-        **os.environ,
-        "XLA_FLAGS": f"--xla_force_host_platform_device_count=1 {FAST_COMPILE}",
-        "JAX_PLATFORMS": "cpu",
-    }
+    env = multiprocess_env(
+        {
+            **os.environ,
+            "XLA_FLAGS": f"--xla_force_host_platform_device_count=1 {FAST_COMPILE}",
+            "JAX_PLATFORMS": "cpu",
+        }
+    )
     procs = []
     for i in range(2):
         cmd = [

@@ -1,5 +1,7 @@
 """The training loop: end to end, exact resume after SIGKILL, SIGTERM, NaN guard, refusals."""
 
+import contextlib
+import io
 import os
 import shutil
 import signal
@@ -22,42 +24,49 @@ from tx.train.loop import train
 from tx.train.monitor import Diverged
 from tx.train.trainer import abstract_train_state, build
 
-
-def test_tiny_training_end_to_end(vocab, tmp_path, tiny):
-    cfg = tiny(
-        f"data.vocab_path={vocab}",
-        "train.num_steps=30",
-        "train.log_every_steps=5",
-        "train.eval_every_steps=30",
-    )
-    last = train(cfg, str(tmp_path))
-    # The loss of steps 1-5 as the run logged it: what a 5-step run would return, untrained again.
-    steps, losses = read_scalars(str(tmp_path))["train/loss"]
-    assert list(steps) == [5, 10, 15, 20, 25, 30]
-    assert last["step"] == 30 and last["loss"] < losses[0] - 0.3
-    assert np.isfinite(last["dev_perplexity"]) and last["dev_perplexity"] < 300
-    assert Checkpointer(str(tmp_path)).latest_step() == 30
-    assert os.path.exists(tmp_path / "config.json")
-    assert os.listdir(tmp_path / "tensorboard")
+# The steps a run goes on for after the checkpoint that triggers the last kill: the kill must come
+# before the run ends, and a fast machine takes a step or two between seeing a checkpoint (polled
+# every 0.05 s) and the kill (each step there waits for the previous step's save).
+ROOM = 8
+STEPS = 4 + ROOM  # the shared run's: those of the default SIGKILL test (one kill, at step 4)
 
 
 @pytest.fixture(scope="module")
-def two_steps(vocab, tmp_path_factory, tiny):
-    """A workdir trained 2 steps with a checkpoint at each, for the refusals below to copy:
-    each needs a run that exists, not one of its own."""
-    path = tmp_path_factory.mktemp("two_steps")
-    cfg = tiny(f"data.vocab_path={vocab}", "train.num_steps=2", "train.checkpoint_every_steps=1")
-    train(cfg, str(path))
-    return path
+def shared_run(vocab, tmp_path_factory, tiny):
+    """(workdir, final metrics) of a tiny run of STEPS steps: a checkpoint at 6 and at 12, a
+    log line every 5 steps, the dev loss at the end. It is the end-to-end test's run, the
+    uninterrupted reference of the default SIGKILL test (how often a run saves, logs or
+    evaluates changes none of its numbers), and the existing run the refusals below copy."""
+    path = tmp_path_factory.mktemp("shared_run")
+    cfg = tiny(
+        f"data.vocab_path={vocab}",
+        f"train.num_steps={STEPS}",
+        "train.checkpoint_every_steps=6",
+        "train.log_every_steps=5",
+        f"train.eval_every_steps={STEPS}",
+    )
+    return path, train(cfg, str(path))
 
 
-def _copy(run, tmp_path):
-    """A copy of the shared run `run` that a test may change."""
-    return shutil.copytree(run, tmp_path / "run")
+def test_tiny_training_end_to_end(shared_run):
+    path, last = shared_run
+    # The loss of steps 1-5 as the run logged it: what a 5-step run would return, untrained again.
+    steps, losses = read_scalars(str(path))["train/loss"]
+    assert list(steps) == [5, 10, STEPS]
+    assert last["step"] == STEPS and last["loss"] < losses[0] - 0.3
+    assert np.isfinite(last["dev_perplexity"]) and last["dev_perplexity"] < 300
+    assert Checkpointer(str(path)).all_steps() == [6, STEPS]
+    assert os.path.exists(path / "config.json")
+    assert os.listdir(path / "tensorboard")
 
 
-def test_workdir_with_other_model_is_refused(vocab, two_steps, tmp_path, tiny):
-    run = _copy(two_steps, tmp_path)
+def _copy(shared_run, tmp_path):
+    """A copy of the shared run that a test may change."""
+    return shutil.copytree(shared_run[0], tmp_path / "run")
+
+
+def test_workdir_with_other_model_is_refused(vocab, shared_run, tmp_path, tiny):
+    run = _copy(shared_run, tmp_path)
     with pytest.raises(ConfigError, match="model"):
         train(tiny(f"data.vocab_path={vocab}", "model.d_model=64"), str(run))
 
@@ -144,24 +153,23 @@ def _killed_after(cmd, root, workdir, at_least):
     return Checkpointer(str(workdir)).latest_step()
 
 
-# The steps a run goes on for after the checkpoint that triggers the last kill: the kill must come
-# before the run ends, and a fast machine takes a step or two between seeing a checkpoint (polled
-# every 0.05 s) and the kill (each step there waits for the previous step's save).
-ROOM = 8
-
-
 # Two kills cost another process start and run: the default suite kills once, `-m slow` twice.
 @pytest.mark.parametrize("kills", [(4,), pytest.param((3, 11), marks=pytest.mark.slow)])
-def test_sigkill_and_resume_is_bitwise_identical(root, vocab, tmp_path, tiny, caplog, kills):
+def test_sigkill_and_resume_is_bitwise_identical(
+    root, vocab, tmp_path, tiny, caplog, kills, shared_run
+):
     """Killed (once, or twice at different points); after the last kill the newest checkpoint
     is damaged on disk, so the last run resumes from the one before it (set aside, never
-    deleted), still bit for bit. The kills need processes of their own; the uninterrupted
-    reference and the last resume run here, on the same config."""
+    deleted), still bit for bit. The kills need processes of their own; the last resume runs
+    here, and the uninterrupted reference is the shared run (the same model, data and steps)
+    or, for other steps, a run here on the same config."""
     steps = kills[-1] + ROOM
     extra = ("train.keep_checkpoints=3",)  # pruning goes past the damaged checkpoint
     cfg = tiny(*_overrides(vocab, steps, *extra))
-    ref_dir, run_dir = tmp_path / "ref", tmp_path / "run"
-    train(cfg, str(ref_dir))
+    ref_dir, run_dir = shared_run[0], tmp_path / "run"
+    if steps != STEPS:
+        ref_dir = tmp_path / "ref"
+        train(cfg, str(ref_dir))
     cmd = _train_cmd(run_dir, vocab, steps, *extra)
     killed_at = [_killed_after(cmd, root, run_dir, kill_after) for kill_after in kills]
     damaged = os.path.join(run_dir, "checkpoints", str(killed_at[-1]))
@@ -210,12 +218,33 @@ def test_sigterm_saves_a_checkpoint_and_exits_cleanly(root, vocab, tmp_path):
     shutil.rmtree(tmp_path)
 
 
-def test_a_stopped_run_end_to_end_is_neither_averaged_nor_scored(root, vocab, tmp_path):
+class _SigtermAt(io.StringIO):
+    """Output that sends this process SIGTERM once the training loop has logged `step` (its
+    handler, tx.train.distributed.StopSignal, is installed while the loop runs)."""
+
+    def __init__(self, step: int):
+        super().__init__()
+        self.line, self.sent = f"step {step}/", False
+
+    def write(self, text: str) -> int:
+        if not self.sent and text.startswith(self.line):
+            self.sent = True
+            os.kill(os.getpid(), signal.SIGTERM)
+        return super().write(text)
+
+
+def test_a_stopped_run_end_to_end_is_neither_averaged_nor_scored(vocab, tmp_path):
     # `demo` (as `reproduce --run`) trains, averages and scores: a SIGTERM while it trains
-    # must end the command with one line, and never score the part trained so far.
-    cmd = _train_cmd(tmp_path, vocab, 100000)
-    cmd[cmd.index("train")] = "demo"
-    code, out = _sigterm_at(cmd, root, 3)
+    # must end the command with one line, and never score the part trained so far. The
+    # command runs in this process (the test above has a process of its own receive SIGTERM).
+    from tx.cli.main import main
+
+    out = _SigtermAt(3)
+    args = ["demo", "--config", Tiny.path, "--workdir", str(tmp_path)]
+    # 40 steps: were SIGTERM never sent, the command would end (and the test fail), not hang.
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+        code = main([*args, *(f"--config.{o}" for o in _overrides(vocab, 40))])
+    out = out.getvalue()
     assert code == 2, out
     assert f"error: {tmp_path}: training stopped at step " in out
     assert "(SIGTERM received): nothing was averaged or scored" in out
@@ -223,40 +252,22 @@ def test_a_stopped_run_end_to_end_is_neither_averaged_nor_scored(root, vocab, tm
 
 
 def test_resume_with_no_readable_checkpoint_names_each_and_changes_nothing(
-    vocab, two_steps, tmp_path, tiny
+    vocab, shared_run, tmp_path, tiny
 ):
-    run = _copy(two_steps, tmp_path)
-    for step in (1, 2):
+    run = _copy(shared_run, tmp_path)
+    for step in (6, 12):
         damage(str(run / "checkpoints" / str(step)), "every file emptied")
     with pytest.raises(UnreadableCheckpoint) as e:
-        train(tiny(f"data.vocab_path={vocab}", "train.num_steps=4"), str(run))
-    assert f"checkpoints/2 cannot be restored (state/_METADATA is not JSON); {run}" in str(e.value)
-    assert "checkpoints/1 cannot be restored" in str(e.value)
-    assert sorted(os.listdir(run / "checkpoints")) == ["1", "2"]
+        train(tiny(f"data.vocab_path={vocab}", "train.num_steps=14"), str(run))
+    assert f"checkpoints/12 cannot be restored (state/_METADATA is not JSON); {run}" in str(e.value)
+    assert "checkpoints/6 cannot be restored" in str(e.value)
+    assert sorted(os.listdir(run / "checkpoints")) == ["12", "6"]
 
 
-@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
-def test_a_checkpoint_that_cannot_be_written_stops_training_and_resume_goes_on(
-    vocab, tmp_path, tiny, monkeypatch, caplog
-):
-    from test_checkpoint import fail_writes_under
-
-    cfg = tiny(f"data.vocab_path={vocab}", "train.num_steps=6", "train.checkpoint_every_steps=3")
-    fail_writes_under(monkeypatch, "/6.orbax-checkpoint-tmp")  # the disk fills at step 6
-    with pytest.raises(WriteFailed, match=r"checkpoint .*checkpoints/6 was not written \(OSError"):
-        train(cfg, str(tmp_path))
-    monkeypatch.undo()
-    assert Checkpointer(str(tmp_path)).all_steps() == [3]
-    with caplog.at_level("INFO"):
-        assert train(cfg, str(tmp_path))["step"] == 6
-    assert f"resuming from {tmp_path}/checkpoints step 3" in caplog.text
-    assert Checkpointer(str(tmp_path)).all_steps() == [3, 6]
-
-
-def test_workdir_refuses_another_vocabulary(two_steps, tmp_path, tiny):
+def test_workdir_refuses_another_vocabulary(shared_run, tmp_path, tiny):
     from tx.data.tokenizer import VocabularyError
 
-    _copy(two_steps, tmp_path)
+    _copy(shared_run, tmp_path)
     # Same size, other data: a different vocabulary that would silently scramble the ids.
     other = tiny("data.demo_seed=7")
     from tx.data import vocabulary
@@ -267,21 +278,41 @@ def test_workdir_refuses_another_vocabulary(two_steps, tmp_path, tiny):
         train(tiny("train.num_steps=4"), str(tmp_path / "run"))
 
 
-def test_cli_bad_input_is_one_clear_line(root, tmp_path):
-    cmd = _tx_train(
-        tmp_path,
-        "--config.data.source=text",
-        f"--config.data.train_prefix={tmp_path}/missing",
-    )
-    res = subprocess.run(cmd, cwd=root, capture_output=True, text=True)
-    assert res.returncode == 2
-    assert "error: data file not found:" in res.stderr and "missing.en" in res.stderr
-    assert "Traceback" not in res.stderr
+def test_cli_bad_input_is_one_clear_line(tmp_path, capsys):
+    from tx.cli.main import main  # the command line in this process: a Traceback would raise
+
+    args = ["train", "--config", Tiny.path, "--workdir", str(tmp_path)]
+    args += ["--config.data.source=text", f"--config.data.train_prefix={tmp_path}/missing"]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "error: data file not found:" in err and "missing.en" in err
+    assert "Traceback" not in err
 
 
-def test_max_minutes_stops_with_a_checkpoint_and_train_goes_on(vocab, tmp_path, tiny):
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+def test_max_minutes_or_a_checkpoint_that_cannot_be_written_stops_and_train_goes_on(
+    vocab, tmp_path, tiny, monkeypatch, caplog
+):
+    """One workdir stopped twice: by train.max_minutes, then by a checkpoint that cannot be
+    written; each time the next run resumes from the last checkpoint written."""
+    from test_checkpoint import fail_writes_under
+
+    base = (f"data.vocab_path={vocab}", "train.num_steps=6", "train.checkpoint_every_steps=3")
+    cfg = tiny(*base)
     # 0.0001 minutes (6 ms) run out during data preparation: the first step is the last.
-    cfg = tiny(f"data.vocab_path={vocab}", "train.num_steps=6", "train.max_minutes=0.0001")
-    assert train(cfg, str(tmp_path))["step"] == 1
+    assert train(tiny(*base, "train.max_minutes=0.0001"), str(tmp_path))["step"] == 1
     assert Checkpointer(str(tmp_path)).all_steps() == [1]
-    assert train(tiny(f"data.vocab_path={vocab}", "train.num_steps=6"), str(tmp_path))["step"] == 6
+    fail_writes_under(monkeypatch, "/6.orbax-checkpoint-tmp")  # the disk fills at step 6
+    with (
+        caplog.at_level("INFO"),
+        pytest.raises(WriteFailed, match=r"checkpoint .*checkpoints/6 was not written \(OSError"),
+    ):
+        train(cfg, str(tmp_path))
+    assert f"resuming from {tmp_path}/checkpoints step 1" in caplog.text
+    monkeypatch.undo()
+    assert Checkpointer(str(tmp_path)).all_steps() == [3]  # 1 was not on the 3-step spacing
+    caplog.clear()
+    with caplog.at_level("INFO"):
+        assert train(cfg, str(tmp_path))["step"] == 6
+    assert f"resuming from {tmp_path}/checkpoints step 3" in caplog.text
+    assert Checkpointer(str(tmp_path)).all_steps() == [3, 6]

@@ -28,20 +28,37 @@ SMALL = dict(vocab_size=40, d_model=16, num_heads=2, d_ff=32, num_layers=2, drop
 LOGITS_ATOL = 2e-3
 ENCODER_ATOL = 5e-4
 
+# The programs here run for microseconds, each compiled once: LLVM's optimisations took most of
+# each compile (SMALL's init: 7.2 s of CPU, 2.4 s at level 0; a forward pass: 3.3 s, 2.1 s) and
+# change results by float rounding at most (fused multiply-adds), which the bounds above allow
+# for (the init's parameters: one leaf of 61 differs, by <= 2.2e-7 relative).
+jit = functools.partial(jax.jit, compiler_options={"xla_backend_optimization_level": 0})
 
+_DRAWN = {}  # the parameters' names, shapes and dtypes -> the values drawn
+
+
+@functools.cache
 def make(**overrides):
-    cfg = ModelConfig(**{**SMALL, **overrides})
-    model = Transformer(cfg)
-    return model, _init(model)
+    """(model, parameters) of SMALL with `overrides`, made once per module. Configurations
+    whose parameters have the same names, shapes and dtypes (another dtype, dropout rate or
+    attention implementation) draw the same values (Flax derives each parameter's key from its
+    path): one init for them all, shared (tests never change the arrays)."""
+    model = Transformer(ModelConfig(**{**SMALL, **overrides}))
+    tokens = jnp.ones((1, 4), jnp.int32)
+    shapes = jax.eval_shape(model.init, jax.random.PRNGKey(0), tokens, tokens)["params"]
+    key = (jax.tree_util.tree_structure(shapes), tuple(jax.tree_util.tree_leaves(shapes)))
+    if key not in _DRAWN:
+        _DRAWN[key] = _init(model)
+    return model, _DRAWN[key]
 
 
-@functools.partial(jax.jit, static_argnums=0)
+@functools.partial(jit, static_argnums=0)
 def _init(model):
     tokens = jnp.ones((1, 4), jnp.int32)
     return nn.meta.unbox(model.init(jax.random.PRNGKey(0), tokens, tokens)["params"])
 
 
-@functools.partial(jax.jit, static_argnums=0, static_argnames="method")
+@functools.partial(jit, static_argnums=0, static_argnames="method")
 def forward(model, params, *inputs, method=None):
     """model.apply, compiled once per model, shapes and method and shared by the tests (op by
     op, every test would compile each small operation of its own shapes). The same program
@@ -137,16 +154,28 @@ def test_cached_decoding_matches_full_forward(overrides):
     model, params = make(**overrides)
     src = random_tokens(8, (2, 5)).at[1, 3:].set(0)  # second sentence padded
     tgt = random_tokens(9, (2, 6))
-    full = forward(model, params, src, tgt)
-    tokens_to_logits, cache, _ = incremental_decoder(model, params, src, width=1, max_len=6)
-    tokens_to_logits = jax.jit(tokens_to_logits)  # one program for the six steps
-    prev = jnp.full((2, 1), BOS_ID, jnp.int32)
+    full, steps = _full_and_cached(model, params, src, tgt)
     for t in range(6):
-        logits, cache = tokens_to_logits(prev, cache)
         # bound (see LOGITS_ATOL) <= 1.4e-3 for all five configurations; observed <= 1.2e-6
         # (seeds 0-4, 1 and 2 threads, 8 devices)
-        np.testing.assert_allclose(logits, full[:, t], atol=LOGITS_ATOL, err_msg=f"step {t}")
-        prev = tgt[:, t : t + 1]
+        np.testing.assert_allclose(steps[:, t], full[:, t], atol=LOGITS_ATOL, err_msg=f"step {t}")
+
+
+@functools.partial(jit, static_argnums=0)
+def _full_and_cached(model, params, src, tgt):
+    """(teacher-forced logits [b, t, V] of `tgt`, the logits [b, t, V] of the cached decoder fed
+    BOS and then `tgt` one token a step): one program for both and the t steps (a scan of the
+    decoder's step, as a search runs it)."""
+    full = model.apply({"params": params}, src, tgt)
+    tokens_to_logits, cache, _ = incremental_decoder(model, params, src, width=1, max_len=6)
+    prev = jnp.concatenate([jnp.full((tgt.shape[0], 1), BOS_ID, tgt.dtype), tgt[:, :-1]], 1)
+
+    def step(cache, ids):  # ids [b]
+        logits, cache = tokens_to_logits(ids[:, None], cache)
+        return cache, logits
+
+    _, steps = jax.lax.scan(step, cache, prev.T)  # [t, b, V]
+    return full, steps.swapaxes(0, 1)
 
 
 def test_weight_tying_is_one_array_with_gradients_from_all_three_uses():
@@ -161,12 +190,15 @@ def test_weight_tying_is_one_array_with_gradients_from_all_three_uses():
         logits = model.apply({"params": p}, src, tgt)
         return {"all": logits.sum(), "softmax": logits[..., 30:].sum()}[which]
 
-    g = np.asarray(jax.grad(loss)(emb, "all"))
+    @jit  # both gradients in one program (op by op, each operation compiled its own)
+    def gradients(e):
+        return jax.grad(lambda e: loss(e, "all"))(e), jax.grad(lambda e: loss(e, "softmax"))(e)
+
+    g, g_softmax = map(np.asarray, gradients(emb))
     used_src = np.unique(np.asarray(src))
     used_tgt = np.unique(np.asarray(shift_right(tgt)))
     assert np.abs(g[used_src]).sum(-1).min() > 0  # source embedding
     assert np.abs(g[used_tgt]).sum(-1).min() > 0  # target embedding
-    g_softmax = np.asarray(jax.grad(loss)(emb, "softmax"))
     unused = np.setdiff1d(np.arange(30, 40), np.concatenate([used_src, used_tgt]))
     assert np.abs(g_softmax[unused]).sum(-1).min() > 0  # pre-softmax projection only
 
@@ -194,15 +226,9 @@ def test_packed_rows_equal_separate_rows():
     np.testing.assert_allclose(packed[:, 4:6], b, atol=LOGITS_ATOL)
 
 
-def test_bfloat16_compute_keeps_float32_params():
-    model, params = make(dtype="bfloat16")
-    assert all(p.dtype == jnp.float32 for p in jax.tree_util.tree_leaves(params))
-    logits = forward(model, params, random_tokens(0, (1, 3)), random_tokens(1, (1, 3)))
-    assert logits.dtype == jnp.float32
-
-
-def test_bfloat16_logits_are_the_last_hidden_state_times_embedding_in_float32():
-    """The pre-softmax projection of a bf16 model accumulates into float32, never rounded to bf16.
+def test_bfloat16_compute_keeps_float32_params_and_its_logits_are_float32_products():
+    """A bf16 model's parameters are float32, and its pre-softmax projection accumulates into
+    float32, never rounded to bf16.
 
     Comparing the bf16 model's log-softmax with the float32 model's is too loose to show this:
     the bf16 layers dominate (max |delta log p| 0.019-0.043 per token over seeds 0-3, both before
@@ -212,15 +238,23 @@ def test_bfloat16_logits_are_the_last_hidden_state_times_embedding_in_float32():
     Observed over seeds 0-4: <= 1.18 u S (bound K = 16); old bf16-rounded logits: 3.6e4-4.3e4 u S.
     """
     model, params = make(dtype="bfloat16")
-    hidden = []
+    tokens = jnp.ones((1, 4), jnp.int32)
+    drawn = jax.eval_shape(model.init, jax.random.PRNGKey(0), tokens, tokens)["params"]
+    assert all(p.dtype == jnp.float32 for p in jax.tree_util.tree_leaves(drawn))
 
-    def record_attend_input(next_fun, args, kwargs, context):
-        if context.method_name == "attend":
-            hidden.append(args[0])
-        return next_fun(*args, **kwargs)
+    @jit
+    def logits_and_hidden(params, src, tgt):
+        hidden = []
 
-    with nn.intercept_methods(record_attend_input):
-        logits = model.apply({"params": params}, random_tokens(0, (2, 5)), random_tokens(1, (2, 6)))
+        def record_attend_input(next_fun, args, kwargs, context):
+            if context.method_name == "attend":
+                hidden.append(args[0])
+            return next_fun(*args, **kwargs)
+
+        with nn.intercept_methods(record_attend_input):
+            return model.apply({"params": params}, src, tgt), hidden
+
+    logits, hidden = logits_and_hidden(params, random_tokens(0, (2, 5)), random_tokens(1, (2, 6)))
     assert logits.dtype == jnp.float32 and len(hidden) == 1 and hidden[0].dtype == jnp.bfloat16
     y = np.asarray(hidden[0].astype(jnp.float32), np.float64)  # [b, t, m]
     emb = jnp.asarray(params["shared_embedding"]["embedding"], jnp.bfloat16)
@@ -236,7 +270,8 @@ def test_bfloat16_logits_are_the_last_hidden_state_times_embedding_in_float32():
 def test_every_parameter_has_logical_axis_names():
     cfg = ModelConfig(**SMALL)
     tokens = jnp.ones((1, 4), jnp.int32)
-    boxed = Transformer(cfg).init(jax.random.PRNGKey(0), tokens, tokens)["params"]
+    # Shapes only (jax.eval_shape): the boxes and their names are what init returns.
+    boxed = jax.eval_shape(Transformer(cfg).init, jax.random.PRNGKey(0), tokens, tokens)["params"]
     leaves = jax.tree_util.tree_leaves(boxed, is_leaf=lambda x: isinstance(x, nn.Partitioned))
     assert leaves and all(isinstance(x, nn.LogicallyPartitioned) for x in leaves)
     assert all(len(x.names) == x.value.ndim for x in leaves)
@@ -245,15 +280,16 @@ def test_every_parameter_has_logical_axis_names():
 def test_dropout_is_active_only_in_training():
     model, params = make(dropout_rate=0.5)
     src, tgt = random_tokens(0, (1, 5)), random_tokens(1, (1, 5))
-    det = model.apply({"params": params}, src, tgt)
+    det = forward(model, params, src, tgt)
     # Exact: the same computation twice (observed: 0 difference).
-    np.testing.assert_array_equal(det, model.apply({"params": params}, src, tgt))
+    np.testing.assert_array_equal(det, forward(model, params, src, tgt))
 
-    def rngs(s):
-        return {"dropout": jax.random.PRNGKey(s)}
+    @jit  # one program for both masks
+    def training(params, rng):
+        return model.apply({"params": params}, src, tgt, deterministic=False, rngs={"dropout": rng})
 
-    a = model.apply({"params": params}, src, tgt, deterministic=False, rngs=rngs(1))
-    b = model.apply({"params": params}, src, tgt, deterministic=False, rngs=rngs(2))
+    a = training(params, jax.random.PRNGKey(1))
+    b = training(params, jax.random.PRNGKey(2))
     # Other dropout masks: max differences >= 3.0 (seeds 0-4), far above the rounding bound.
     assert not np.allclose(a, b, rtol=0, atol=LOGITS_ATOL)
 
@@ -346,12 +382,12 @@ def test_padded_vocabulary_is_the_same_model():
     )
 
     def loss(p):
-        states, head = forward(padded, p, src, tgt, method="features")
+        states, head = padded.apply({"params": p}, src, tgt, method="features")
         weights = jnp.ones(tgt.shape)
         return chunked_cross_entropy(
             states, head, tgt, weights, label_smoothing=0.1, vocab_size=40
         )["loss"]
 
-    grad = jax.grad(loss)(padded_params)["shared_embedding"]["embedding"]
+    grad = jit(jax.grad(loss))(padded_params)["shared_embedding"]["embedding"]
     assert np.asarray(grad[:40]).any() and not np.asarray(grad[40:]).any()
     assert param_counts(padded.config) == param_counts(model.config)

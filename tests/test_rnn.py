@@ -310,12 +310,26 @@ def make(**overrides):
     """(config, model, parameters) of SMALL with `overrides`, initialised once per module."""
     c = RNNConfig(**{**SMALL, **overrides})
     model = RNNSeq2Seq(c)
+    return c, model, _init(model)
+
+
+# The programs here run for milliseconds, each compiled once, without LLVM's optimisations:
+# they took a third to a half of every compile (a forward pass: 1.2-1.6 s of CPU, 0.7-1.2 s at
+# level 0), and change results by float rounding at most (fused multiply-adds), within the
+# bounds (each operation rounded once or more; XLA's tanh, logistic and exp err as much at
+# level 0 as TRANS says: 4.6, 2.5 and 1.4 u). The parameters' init: one program, 0.4-0.9 s a
+# configuration, where op by op took 0.8-3.3 s (values within 6e-8 of the optimised program's;
+# every bound here is computed from the parameters drawn).
+jit = functools.partial(jax.jit, compiler_options={"xla_backend_optimization_level": 0})
+
+
+@functools.partial(jit, static_argnums=0)
+def _init(model):
     tokens = jnp.ones((1, 4), jnp.int32)
-    params = nn.meta.unbox(model.init(jax.random.PRNGKey(0), tokens, tokens)["params"])
-    return c, model, params
+    return nn.meta.unbox(model.init(jax.random.PRNGKey(0), tokens, tokens)["params"])
 
 
-@functools.partial(jax.jit, static_argnums=0)
+@functools.partial(jit, static_argnums=0)
 def forward(model, params, src, tgt):
     """Teacher-forced logits [b, t, V], compiled once per model and shapes (eager, every call
     would trace and compile the model's scans anew)."""
@@ -398,7 +412,7 @@ def test_cached_decoding_matches_teacher_forcing(name):
     assert not own.rows_independent  # its step closes over the memory repeated per row
     # Compiled once for the five steps, as the search runs it (eager, each step's scan would
     # be traced and compiled anew).
-    tokens_to_logits, cache = jax.jit(own.tokens_to_logits), own.cache
+    tokens_to_logits, cache = jit(own.tokens_to_logits), own.cache
     assert set(cache) == ({"hidden", "cell"} if c.cell == "lstm" else {"hidden"})
     prev = jnp.full((2, 1), BOS_ID, jnp.int32)
     for t in range(tgt.shape[1]):
@@ -429,9 +443,10 @@ def test_source_padding_and_reversal():
 def test_reversal_changes_what_the_encoder_reads():
     _, model, params = make()
     _, reversed_model, _ = make(reverse_source=True)
-    src, tgt = sources(), random_tokens(10, (2, 4))
-    a = model.apply({"params": params}, src, tgt)
-    b = reversed_model.apply({"params": params}, src, tgt)
+    # The shapes of the reference tests: both programs are compiled there.
+    src, tgt = sources(), random_tokens(9, (2, 5))
+    a = forward(model, params, src, tgt)
+    b = forward(reversed_model, params, src, tgt)
     # Rounding could move them apart by <= 2 x 1.9e-5 (the references' bounds); they differ
     # by 0.15.
     assert np.abs(np.asarray(a) - np.asarray(b)).max() > 1e-2
@@ -470,7 +485,8 @@ def test_parameter_counts_equal_the_formula(kw):
 def test_every_parameter_has_logical_axis_names_and_shards(tiny):
     c = RNNConfig(**SMALL, attention="additive", num_layers=2, cell="gru")
     tokens = jnp.ones((1, 4), jnp.int32)
-    boxed = RNNSeq2Seq(c).init(jax.random.PRNGKey(0), tokens, tokens)["params"]
+    # Shapes only (jax.eval_shape): the boxes and their names are what init returns.
+    boxed = jax.eval_shape(RNNSeq2Seq(c).init, jax.random.PRNGKey(0), tokens, tokens)["params"]
     leaves = jax.tree_util.tree_leaves(boxed, is_leaf=lambda x: isinstance(x, nn.Partitioned))
     assert leaves and all(isinstance(x, nn.LogicallyPartitioned) for x in leaves)
     assert all(len(x.names) == x.value.ndim for x in leaves)

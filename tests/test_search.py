@@ -110,6 +110,7 @@ def beam(k, alpha=0.6):
 
 
 GREEDY = Strategy("greedy")
+TOP_1 = Strategy("sample", temperature=2.0, top_k=1)
 
 
 @functools.partial(jit, static_argnums=0)
@@ -163,23 +164,31 @@ def test_wide_beam_equals_exhaustive_search(seed, alpha):
     assert (np.diff(np.asarray(got[0])) <= 1e-6).all()
 
 
+# The searches of the vocabulary-12 models below: two sentences, up to 10 steps. Tests that
+# share these shapes and options share each compiled program (parameters are arguments).
+INPUTS_12 = jnp.array([[4, 7, 9, 5, EOS_ID], [6, 8, EOS_ID, 0, 0]], jnp.int32)
+STEPS_12 = 10
+
+
 def test_beam_one_without_length_penalty_is_greedy():
     model, params = tiny_model(4, vocab=12)
-    inputs = jnp.array([[4, 7, 9, 5, EOS_ID], [6, 8, EOS_ID, 0, 0]], jnp.int32)
-    max_lengths = jnp.array([4 + 5, 2 + 5])
-    beam_seqs, _ = search(model, params, inputs, max_lengths, strategy=beam(1, 0.0), max_steps=10)
-    greedy, _ = search(model, params, inputs, max_lengths, strategy=GREEDY, max_steps=10)
+    inputs, max_lengths = INPUTS_12, jnp.array([4 + 5, 2 + 5])
+    run = functools.partial(search, model, params, inputs, max_lengths, max_steps=STEPS_12)
+    beam_seqs, _ = run(strategy=beam(1, 0.0))
+    greedy, _ = run(strategy=GREEDY)
     np.testing.assert_array_equal(np.asarray(beam_seqs[:, 0]), np.asarray(greedy[:, 0]))
 
 
 def test_cached_scores_equal_full_forward_scores():
     model, params = tiny_model(5, vocab=12)
-    inputs = jnp.array([[4, 7, 9, EOS_ID]], jnp.int32)
-    seqs, scores = search(model, params, inputs, jnp.array([7]), strategy=beam(4), max_steps=8)
-    hypotheses = finished(seqs[0])
-    want = full_scores(model, params, inputs, hypotheses, 0.6, 8)
-    for j in range(4):
-        assert float(scores[0, j]) == pytest.approx(want[j], abs=1e-4)
+    inputs = INPUTS_12.at[0, 3:].set(jnp.array([EOS_ID, 0]))  # [4, 7, 9, EOS], [6, 8, EOS]
+    max_lengths = jnp.array([7, 5])
+    seqs, scores = search(model, params, inputs, max_lengths, strategy=beam(4), max_steps=STEPS_12)
+    for row in range(2):
+        hypotheses = finished(seqs[row])
+        want = full_scores(model, params, inputs[row : row + 1], hypotheses, 0.6, STEPS_12)
+        for j in range(4):
+            assert float(scores[row, j]) == pytest.approx(want[j], abs=1e-4)
 
 
 def test_output_never_exceeds_input_plus_extra():
@@ -188,12 +197,13 @@ def test_output_never_exceeds_input_plus_extra():
     params["shared_embedding"]["embedding"] = (
         params["shared_embedding"]["embedding"].at[EOS_ID].set(-5.0)
     )
-    inputs = jnp.array([[4, 5, 6, EOS_ID], [7, EOS_ID, 0, 0]], jnp.int32)
+    inputs = jnp.array([[4, 5, 6, EOS_ID, 0], [7, EOS_ID, 0, 0, 0]], jnp.int32)
     src_lens = np.array([3, 1])
     extra = 4
     max_lengths = jnp.array(src_lens + extra)
-    steps = 3 + extra + 1
-    seqs, _ = search(model, params, inputs, max_lengths, strategy=beam(4), max_steps=steps)
+    # Room for more steps than the limits allow: the limits, not the buffer, end the outputs.
+    assert max(src_lens) + extra + 1 < STEPS_12
+    seqs, _ = search(model, params, inputs, max_lengths, strategy=beam(4), max_steps=STEPS_12)
     for b in range(2):
         for j in range(4):
             seq = list(np.asarray(seqs[b, j]))
@@ -303,28 +313,25 @@ def test_search_module_knows_no_cache_names():
 
 def test_sampling_with_top_1_is_greedy():
     model, params = tiny_model(4, vocab=12)
-    inputs = jnp.array([[4, 7, 9, 5, EOS_ID], [6, 8, EOS_ID, 0, 0]], jnp.int32)
-    max_lengths = jnp.array([9, 7])
-    greedy, g_scores = search(model, params, inputs, max_lengths, strategy=GREEDY, max_steps=10)
-    top_1 = Strategy("sample", temperature=2.0, top_k=1)
-    sampled, s_scores = search(
-        model, params, inputs, max_lengths, jax.random.PRNGKey(3), strategy=top_1, max_steps=10
-    )
+    run = functools.partial(search, model, params, INPUTS_12, jnp.array([9, 7]), max_steps=STEPS_12)
+    greedy, g_scores = run(strategy=GREEDY)
+    sampled, s_scores = run(jax.random.PRNGKey(3), strategy=TOP_1)
     np.testing.assert_array_equal(np.asarray(sampled), np.asarray(greedy))
     np.testing.assert_array_equal(np.asarray(s_scores), np.asarray(g_scores))
 
 
 @functools.partial(jit, static_argnums=0)
 def first_token_log_probs(model, params, inputs):
-    """The model's log-distribution of the first output token for inputs[:1]."""
-    decoder = family_decoder(model, params, inputs[:1], 1, 1)
+    """The model's log-distribution of the first output token for inputs [1, s]."""
+    decoder = family_decoder(model, params, inputs, 1, 1)
     logits, _ = decoder.tokens_to_logits(jnp.full((1, 1), BOS_ID, jnp.int32), decoder.cache)
     return log_probs(logits)[0]
 
 
 def first_token_probs(model, params, inputs):
-    """The model's distribution of the first output token for inputs[:1]."""
-    return np.exp(np.asarray(first_token_log_probs(model, params, inputs), np.float64))
+    """The model's distribution of the first output token for inputs[:1] (one row: one
+    compiled program for every number of rows)."""
+    return np.exp(np.asarray(first_token_log_probs(model, params, inputs[:1]), np.float64))
 
 
 def test_samples_follow_the_model_distribution():
@@ -368,18 +375,26 @@ def test_top_k_keeps_only_the_k_most_likely_first_tokens():
 
 def test_strategy_from_config_dispatches_and_keeps_its_width():
     model, params = tiny_model(4, vocab=12)
-    # The inputs of test_beam_one_without_length_penalty_is_greedy: greedy's and beam 1's
-    # programs are compiled once for both tests.
-    inputs = jnp.array([[4, 7, 9, 5, EOS_ID], [6, 8, EOS_ID, 0, 0]], jnp.int32)
     max_lengths = jnp.array([9, 7])
     rng = jax.random.PRNGKey(0)
-    run = functools.partial(search, model, params, inputs, max_lengths, rng, max_steps=10)
+    run = functools.partial(search, model, params, INPUTS_12, max_lengths, rng, max_steps=STEPS_12)
+    # Each strategy with the fields the tests above search with: every program (beam 4,
+    # greedy, beam 1 without penalty, top-1 sampling) is compiled once for them all.
+    wanted = {"beam": beam(4), "greedy": GREEDY, "sample": TOP_1}
     for name in STRATEGIES:
+        want = wanted[name]
         cfg = ml_collections.ConfigDict(
-            dict(strategy=name, beam_size=3, alpha=0.6, temperature=1.0, top_k=0)
+            dict(
+                strategy=name,
+                beam_size=want.beam_size,
+                alpha=want.alpha,
+                temperature=want.temperature,
+                top_k=want.top_k,
+            )
         )
         strategy = Strategy.from_config(cfg)
-        assert strategy.width == (3 if name == "beam" else 1)
+        assert strategy == want  # every field read
+        assert strategy.width == (4 if name == "beam" else 1)
         seqs, scores = run(strategy=strategy)
         assert seqs.shape == (2, strategy.width, 10) and scores.shape == (2, strategy.width)
     greedy = run(strategy=GREEDY)
@@ -441,10 +456,12 @@ def test_beam_search_equals_the_full_softmax_search(seed):
     rng = np.random.default_rng(seed)
     inputs = jnp.asarray(rng.integers(4, 300, (5, 9)), jnp.int32).at[3, 5:].set(0)
     max_lengths = jnp.array([12, 3, 9, 6, 0])
+    # Room for 24 steps, as test_search_in_windows_equals_one_window searches the same shapes
+    # (one program for both); the limits end every output by its 13th step.
     for alpha in (0.0, 0.6):
-        new = search(model, params, inputs, max_lengths, strategy=beam(4, alpha), max_steps=13)
+        new = search(model, params, inputs, max_lengths, strategy=beam(4, alpha), max_steps=24)
         old = reference_search(
-            model, params, inputs, max_lengths, beam_size=4, alpha=alpha, max_steps=13
+            model, params, inputs, max_lengths, beam_size=4, alpha=alpha, max_steps=24
         )
         np.testing.assert_array_equal(np.asarray(new[0]), np.asarray(old[0]))
         # Observed <= 3.8e-6 jitted, <= 5.7e-6 op by op (seeds 0-4; scores up to 39, where a
@@ -495,8 +512,10 @@ def test_search_in_windows_equals_one_window(seed):
     find on one cache of 24: positions not yet written are masked out either way."""
     model, params = tiny_model(seed, vocab=300)
     rng = np.random.default_rng(seed)
-    inputs = jnp.asarray(rng.integers(4, 300, (4, 9)), jnp.int32).at[2, 4:].set(0)
-    max_lengths = jnp.array([23, 3, 12, 9])
+    # The shapes of test_beam_search_equals_the_full_softmax_search: beam search's program is
+    # compiled once for both.
+    inputs = jnp.asarray(rng.integers(4, 300, (5, 9)), jnp.int32).at[2, 4:].set(0)
+    max_lengths = jnp.array([23, 3, 12, 9, 17])
     assert windows(24) == [8, 16, 24]
     assert family(model.config).resize_cache is not None  # the Decoder's: `search` windows
     run = functools.partial(search, model, params, inputs, max_lengths, jax.random.PRNGKey(seed))

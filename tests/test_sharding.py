@@ -11,6 +11,7 @@ import equivalence
 import multidevice_worker
 import numpy as np
 import pytest
+from conftest import multiprocess_env
 
 from tx.train.sharding import MeshError, check_sizes_fit, make_mesh, mesh_shape
 
@@ -170,7 +171,7 @@ def two_processes(mode, out, *args, devices=1, check=True):
     """Runs the worker's `mode` as processes 0 and 1 of a jax.distributed job on localhost,
     each with `devices` CPU devices; returns whether both succeeded (asserted if `check`)."""
     port = _free_port()
-    env = _env(devices)
+    env = multiprocess_env(_env(devices))
     procs = [
         subprocess.Popen(
             [sys.executable, WORKER, mode, str(out), *map(str, args), str(port), str(i)],
