@@ -84,11 +84,9 @@ def vocab(tmp_path_factory, tiny):
 
 def multiprocess_env(env: dict) -> dict:
     """`env` for the processes of one jax.distributed job, without the suite's compilation
-    cache on jax >= 0.11: with jax 0.12.1 two CPU processes training from a warm cache hung
-    before their first step (the prepared-data bucket test of test_distributed.py, run twice on
-    one cache: 28.7 s cold, past its 240 s limit warm; both logs stop after "training pairs").
-    tx itself keeps the cache off by default for a run of several processes
-    (tx/cli/compile_cache.py); on jax 0.10 these tests share it, as they always have."""
+    cache on jax >= 0.11, where two CPU processes starting from a warm cache hang before their
+    first step (docs/development.md#python-and-jax-releases); tx's own multi-process runs keep
+    the cache off by default for the same reason (tx/cli/compile_cache.py)."""
     from importlib.metadata import version
 
     major, minor = (int(x) for x in version("jax").split(".")[:2])

@@ -28,10 +28,9 @@ SMALL = dict(vocab_size=40, d_model=16, num_heads=2, d_ff=32, num_layers=2, drop
 LOGITS_ATOL = 2e-3
 ENCODER_ATOL = 5e-4
 
-# The programs here run for microseconds, each compiled once: LLVM's optimisations took most of
-# each compile (SMALL's init: 7.2 s of CPU, 2.4 s at level 0; a forward pass: 3.3 s, 2.1 s) and
-# change results by float rounding at most (fused multiply-adds), which the bounds above allow
-# for (the init's parameters: one leaf of 61 differs, by <= 2.2e-7 relative).
+# The programs here run for microseconds, each compiled once: most of a compile is LLVM's
+# optimisation, which changes results by float rounding at most (fused multiply-adds), inside
+# the bounds above; so they compile at XLA's level 0.
 jit = functools.partial(jax.jit, compiler_options={"xla_backend_optimization_level": 0})
 
 _DRAWN = {}  # the parameters' names, shapes and dtypes -> the values drawn
