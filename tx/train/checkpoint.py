@@ -76,13 +76,16 @@ def reading(path: str):
 
 
 class _Loop(asyncio.SelectorEventLoop):
-    """An event loop that cancels and awaits its pending tasks before closing, as asyncio.run."""
+    """An event loop that lets its pending tasks end before closing. Not cancelled, as
+    asyncio.run would: cancelling a task that awaits a TensorStore read cancels the read's
+    future while holding the GIL, and it waits there for a completion callback that is running
+    on TensorStore's thread and needs the GIL to post its result: a deadlock (seen once in
+    the suite, tests/test_cli.py's damaged checkpoints: 0% CPU for 10 minutes). The reads are
+    of files, so they end; each ends in a result or an error, both dropped."""
 
     def close(self) -> None:
         pending = asyncio.all_tasks(self)
         if pending and not self.is_running() and not self.is_closed():
-            for task in pending:
-                task.cancel()
             self.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
         super().close()
 
