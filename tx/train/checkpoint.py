@@ -76,12 +76,10 @@ def reading(path: str):
 
 
 class _Loop(asyncio.SelectorEventLoop):
-    """An event loop that lets its pending tasks end before closing. Not cancelled, as
-    asyncio.run would: cancelling a task that awaits a TensorStore read cancels the read's
-    future while holding the GIL, and it waits there for a completion callback that is running
-    on TensorStore's thread and needs the GIL to post its result: a deadlock (seen once in
-    the suite, tests/test_cli.py's damaged checkpoints: 0% CPU for 10 minutes). The reads are
-    of files, so they end; each ends in a result or an error, both dropped."""
+    """An event loop that lets its pending tasks (reads, which end) end before closing. Not
+    cancelled, as asyncio.run would: cancelling a TensorStore read waits, holding the GIL, for
+    its completion callback, which runs on TensorStore's thread and needs the GIL: a deadlock
+    (the suite hung once so in tests/test_cli.py's damaged checkpoints)."""
 
     def close(self) -> None:
         pending = asyncio.all_tasks(self)
