@@ -386,6 +386,19 @@ def test_the_restart_comes_before_jax_is_imported(root):
     assert res.stdout.strip() == "[]", res.stdout + res.stderr
 
 
+def test_translate_imports_only_what_it_uses(root):
+    """What `translate` imports before its first sentence: no TensorFlow or torch (it reads
+    no tf.data), no Pallas TPU kernels (tx.model.splash imports them when one is built) and
+    not the demo corpus's number words (tx.data.sources imports them for the demo only)."""
+    heavy = ["tensorflow", "torch", "jax.experimental.pallas.ops.tpu", "num2words"]
+    code = (
+        "import sys, tx.cli.main, tx.cli.translate, tx.infer.engines, tx.infer.translate; "
+        f"print(sorted(set({heavy!r}) & set(sys.modules)))"
+    )
+    res = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True)
+    assert res.stdout.strip() == "[]", res.stdout + res.stderr
+
+
 def test_the_command_is_found_after_global_options():
     from tx.__main__ import command_in
 

@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterable, Iterator
 import ml_collections
 
 from tx import storage
-from tx.data import demo_corpus, external
+from tx.data import external
 from tx.data import trees as parsing
 from tx.data.settings import ON_BAD_LINE, SOURCES, train_prefixes
 
@@ -155,6 +155,9 @@ def joined(texts: list[ParallelText]) -> ParallelText:
 
 
 def demo_split(data: ml_collections.ConfigDict, split: str) -> ParallelText:
+    # Imported here: its tables (num2words's, a third of a second) only for the demo corpus.
+    from tx.data import demo_corpus
+
     # Configs written before demo_eval_size existed have no such key.
     size = data.demo_train_size if split == "train" else data.get("demo_eval_size", DEMO_EVAL_SIZE)
     seed = data.demo_seed

@@ -26,8 +26,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import linen as nn
-from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_kernel as kernel_lib
-from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_mask as mask_lib
 
 from tx.model.layers import traced_mesh
 
@@ -41,6 +39,17 @@ def applies(q_len: int, k_len: int) -> bool:
     return q_len % LANES == 0 and k_len % LANES == 0
 
 
+def _libs():
+    """Pallas's splash kernel and masks, imported when a kernel is first built: importing
+    them takes a third of a second, which every command would pay on a CPU or GPU."""
+    from jax.experimental.pallas.ops.tpu.splash_attention import (
+        splash_attention_kernel,
+        splash_attention_mask,
+    )
+
+    return splash_attention_kernel, splash_attention_mask
+
+
 def _block(length: int) -> int:
     """The largest of 512 / 256 / 128 that divides `length`: bigger blocks, fewer passes over
     the keys."""
@@ -51,6 +60,7 @@ def _block(length: int) -> int:
 def _kernel(heads: int, q_len: int, k_len: int, causal: bool, interpret: bool):
     """The kernel for one device's [h, q, d] x [h, k, d] per batch row (built once per shape:
     its block masks are computed in numpy)."""
+    kernel_lib, mask_lib = _libs()
     one = mask_lib.CausalMask((q_len, k_len)) if causal else mask_lib.FullMask((q_len, k_len))
     bq, bk = _block(q_len), _block(k_len)
     blocks = kernel_lib.BlockSizes(
@@ -80,7 +90,7 @@ def _local(q, k, v, q_segments, k_segments, *, causal: bool, interpret: bool) ->
     """One device's shard: q [b, h, q, d], k and v [b, h, k, d], segments [b, q] / [b, k]
     -> [b, h, q, d]."""
     run = _kernel(q.shape[1], q.shape[2], k.shape[2], causal, interpret)
-    ids = kernel_lib.SegmentIds(q=q_segments, kv=k_segments)
+    ids = _libs()[0].SegmentIds(q=q_segments, kv=k_segments)
     return jax.vmap(run)(q, k, v, segment_ids=ids)
 
 
