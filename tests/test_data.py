@@ -328,6 +328,15 @@ def test_vocabularies_trained_before_load_with_their_own_rules(tmp_path):
     assert tok.decode(tok.encode("Herr\u00a0Müller ging…")) == "Herr Müller ging..."
 
 
+def test_a_vocabulary_trained_twice_is_the_same_file(tmp_path):
+    """The model file records no temporary path of its training: its sha256 (the run card's
+    vocabulary_sha256, the token caches' key) depends on the sentences and settings only."""
+    sentences = [s for pair in TYPOGRAPHIC_PAIRS * 20 for s in pair]
+    a, b = (train_tokenizer(sentences, str(tmp_path / f"{n}.model"), 200) for n in "ab")
+    assert Tokenizer(a).fingerprint == Tokenizer(b).fingerprint
+    assert open(a, "rb").read() == open(b, "rb").read()
+
+
 # ---------------------------------------------------------------- batching
 def synthetic_split(n=500, seed=0, max_len=60):
     rng = np.random.default_rng(seed)

@@ -20,10 +20,10 @@ pickle (the token cache's worker processes receive them).
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import random
-import tempfile
 from collections.abc import Iterable, Sequence
 
 import numpy as np
@@ -275,8 +275,8 @@ def train_tokenizer(
 
     Sentences are reservoir-sampled down to `sample_size` (the paper's 37k BPE was learned on
     the whole WMT corpus; a few million sentences give the same vocabulary in practice). The
-    model is trained in a local temporary directory and written whole to `path` (a file or a
-    bucket's object), which is returned.
+    model is trained in memory and written whole to `path` (a file or a bucket's object), which
+    is returned: the same sentences and settings give the same bytes.
 
     `normalization` is SentencePiece's normalization_rule_name: "identity" keeps every character,
     so `decode(encode(s)) == s` for any line the sources give (stripped, single-spaced) whose
@@ -286,38 +286,38 @@ def train_tokenizer(
     vocabulary's own training.
     """
     reservoir = _reservoir_sample(sentences, sample_size, seed)
-    with tempfile.TemporaryDirectory(prefix="tx-spm-") as tmp:
-        prefix = os.path.join(tmp, "spm")
-        try:
-            spm.SentencePieceTrainer.train(
-                sentence_iterator=iter(reservoir),
-                model_prefix=prefix,
-                vocab_size=vocab_size,
-                model_type=model_type,
-                character_coverage=character_coverage,
-                pad_id=PAD_ID,
-                eos_id=EOS_ID,
-                unk_id=UNK_ID,
-                bos_id=BOS_ID,
-                pad_piece="<pad>",
-                eos_piece="</s>",
-                unk_piece="<unk>",
-                bos_piece="<s>",
-                input_sentence_size=0,  # already sampled above
-                num_threads=max(1, os.cpu_count() or 1),
-                minloglevel=2,
-                normalization_rule_name=normalization,
-                # Strips ends, collapses ASCII space runs (U+00A0 stays a character under
-                # "identity"): sources strip lines and BLEU/chrF ignore space runs.
-                remove_extra_whitespaces=True,
-                split_digits=split_digits,
-            )
-        except RuntimeError as e:
-            raise VocabularyError(
-                f"SentencePiece training failed for data.vocab_size={vocab_size}: {e}"
-            ) from e
-        with open(prefix + ".model", "rb") as f:
-            storage.write_bytes(path, f.read())
+    # Written to memory, not to a model_prefix: the model file then records no temporary
+    # path, so one corpus and configuration give the same bytes (and sha256) every time.
+    model = io.BytesIO()
+    try:
+        spm.SentencePieceTrainer.train(
+            sentence_iterator=iter(reservoir),
+            model_writer=model,
+            vocab_size=vocab_size,
+            model_type=model_type,
+            character_coverage=character_coverage,
+            pad_id=PAD_ID,
+            eos_id=EOS_ID,
+            unk_id=UNK_ID,
+            bos_id=BOS_ID,
+            pad_piece="<pad>",
+            eos_piece="</s>",
+            unk_piece="<unk>",
+            bos_piece="<s>",
+            input_sentence_size=0,  # already sampled above
+            num_threads=max(1, os.cpu_count() or 1),
+            minloglevel=2,
+            normalization_rule_name=normalization,
+            # Strips ends, collapses ASCII space runs (U+00A0 stays a character under
+            # "identity"): sources strip lines and BLEU/chrF ignore space runs.
+            remove_extra_whitespaces=True,
+            split_digits=split_digits,
+        )
+    except RuntimeError as e:
+        raise VocabularyError(
+            f"SentencePiece training failed for data.vocab_size={vocab_size}: {e}"
+        ) from e
+    storage.write_bytes(path, model.getvalue())
     return path
 
 
