@@ -1,5 +1,6 @@
-"""Compiled programs kept across commands (tx.cli.compile_cache): where the cache is, and that a
-command translates the same cold, warm, with the cache off, and over damaged entries."""
+"""Compiled programs kept across commands (tx.cli.compile_cache, and the searches kept traced:
+tx.infer.exported): where the cache is, and that a command translates the same cold, warm,
+with the cache off (the search jitted, not exported), and over damaged entries."""
 
 import os
 import pathlib
@@ -50,6 +51,8 @@ def test_a_command_translates_the_same_cold_warm_off_and_over_damaged_entries(
     cold = _translate(root, trained, TX_CACHE_DIR=str(tmp_path / "tx"))
     written = _entries(cache)
     assert written and len(cold.splitlines()) == 2  # the programs it compiled were kept
+    searches = sorted((cache / "tx-exported").iterdir())  # and its search, traced (exported)
+    assert [p.name.split("-")[0] for p in searches] == ["_search"]
     assert _translate(root, trained, TX_COMPILATION_CACHE=str(cache)) == cold
     assert _entries(cache) == written
     off = tmp_path / "off"
@@ -58,3 +61,4 @@ def test_a_command_translates_the_same_cold_warm_off_and_over_damaged_entries(
     for path in written:
         pathlib.Path(path).write_bytes(pathlib.Path(path).read_bytes()[:7])
     assert _translate(root, trained, TX_COMPILATION_CACHE=str(cache)) == cold
+    assert searches[0].stat().st_size == written[str(searches[0])]  # exported again, whole

@@ -13,7 +13,6 @@ ensemble (tx.infer.decoders) through `ensemble`.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import logging
 
 import jax
@@ -27,6 +26,7 @@ from tx.config import ConfigError, load_config, model_config
 from tx.data.pipeline import eval_batches
 from tx.data.tokenizer import Tokenizer
 from tx.data.vocabulary import check_source_vocabulary, run_tokenizer
+from tx.infer import exported
 from tx.infer.decoders import decoder, ensemble_decoder
 from tx.infer.safeguards import max_output_length
 from tx.infer.search import Strategy
@@ -225,13 +225,20 @@ def load_ensemble(
     return ensemble(members)
 
 
-@functools.partial(jax.jit, static_argnames=("models", "strategy", "max_steps"))
 def _search_batch(
     models: tuple, params: tuple, inputs, max_lengths, rng, *, strategy: Strategy, max_steps: int
 ):
     """inputs [b, s] -> (sequences [b, n, max_steps], scores [b, n]), n = strategy.width.
 
-    One model, or an ensemble of several (`models` and `params` are tuples, one per member)."""
+    One model, or an ensemble of several (`models` and `params` are tuples, one per member).
+    Compiled once per shape, and kept traced across commands (tx.infer.exported)."""
+    static = {"models": models, "strategy": strategy, "max_steps": max_steps}
+    args = (params, inputs, max_lengths, rng)
+    return exported.search(_search, static, args)(*args)
+
+
+def _search(params: tuple, inputs, max_lengths, rng, *, models: tuple, strategy, max_steps: int):
+    """_search_batch's program."""
     decoders = [
         decoder(m, p, inputs, strategy.width, max_steps)
         for m, p in zip(models, params, strict=True)
