@@ -45,6 +45,16 @@ def test_an_entry_per_program_and_shape_read_back_the_same(place, monkeypatch, c
     assert not caplog.text
 
 
+def test_jax_settings_that_change_a_trace_are_in_the_key(place):
+    want = run(2, 4)
+    jax.config.update("jax_default_matmul_precision", "highest")
+    try:
+        assert np.array_equal(run(2, 4), want)
+    finally:
+        jax.config.update("jax_default_matmul_precision", None)
+    assert len(list(place.iterdir())) == 2
+
+
 def test_a_damaged_entry_is_a_warning_and_exported_again(place, caplog, monkeypatch):
     want = run(2, 4)
     (entry,) = place.iterdir()

@@ -14,8 +14,9 @@ Only where a compilation cache is on (JAX's jax_compilation_cache_dir is set, by
 by the user) and the program runs on one device in one process; elsewhere `fn` is jitted as
 before. Cold and warm commands both run the exported program, so both compile the same one and
 give the same results. An entry is keyed by everything the program depends on: tx's own source,
-the jax and jaxlib versions, the device kind, the static arguments' repr (the model's config,
-the search) and the arguments' tree, shapes and dtypes; a different key is a new entry, and an
+the jax and jaxlib versions, the device kind, JAX's settings (x64, matmul precision, ...), the
+static arguments' repr (the model's config, the search) and the arguments' tree, shapes and
+dtypes; a different key is a new entry, and an
 entry that cannot be read is a warning and an export anew, never an error.
 """
 
@@ -45,6 +46,13 @@ def _source_fingerprint() -> str:
     return digest.hexdigest()
 
 
+def _tracing_settings() -> str:
+    """JAX's settings, which can change a traced program (jax_enable_x64, the default matmul
+    precision, ...), less the caches' and logging's, which cannot."""
+    values = jax.config.values
+    return repr(sorted((k, repr(v)) for k, v in values.items() if not ("cache" in k or "log" in k)))
+
+
 def _key(name: str, static: dict, args: tuple) -> str:
     """The entry's name: `name` and a sha256 of all the program depends on (module docstring)."""
     leaves, tree = jax.tree.flatten(args)
@@ -54,6 +62,7 @@ def _key(name: str, static: dict, args: tuple) -> str:
         jax.__version__,
         jaxlib.__version__,
         jax.devices()[0].device_kind,
+        _tracing_settings(),
         repr(sorted(static.items())),
         str(tree),
         repr(shapes),
