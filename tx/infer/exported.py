@@ -13,10 +13,10 @@ is one call, and XLA's executable for it comes from the compilation cache as bef
 Only where a compilation cache is on (JAX's jax_compilation_cache_dir is set, by a command or
 by the user) and the program runs on one device in one process; elsewhere `fn` is jitted as
 before. Cold and warm commands both run the exported program, so both compile the same one and
-give the same results. An entry is keyed by everything the program depends on: tx's own source,
-the jax and jaxlib versions, the device kind, JAX's settings (x64, matmul precision, ...), the
-static arguments' repr (the model's config, the search) and the arguments' tree, shapes and
-dtypes; a different key is a new entry, and an
+give the same results. An entry is keyed by everything the program depends on: tx's own source
+(as this process imported it), the jax, jaxlib, flax and numpy versions, the device kind, JAX's
+settings (x64, matmul precision, ...), the static arguments' repr (the model's config, the
+search) and the arguments' tree, shapes and dtypes; a different key is a new entry, and an
 entry that cannot be read is a warning and an export anew, never an error.
 """
 
@@ -26,9 +26,9 @@ import functools
 import hashlib
 import logging
 import pathlib
+from importlib import metadata
 
 import jax
-import jaxlib
 from jax import export
 
 from tx import storage
@@ -36,7 +36,6 @@ from tx import storage
 DIRECTORY = "tx-exported"
 
 
-@functools.cache
 def _source_fingerprint() -> str:
     """sha256 of tx's Python source: a changed tx exports its programs anew."""
     digest = hashlib.sha256()
@@ -46,11 +45,27 @@ def _source_fingerprint() -> str:
     return digest.hexdigest()
 
 
+# Read when the process imports this module (with the rest of tx), not at its first search: a
+# long-lived process whose files are edited meanwhile must not key its old code by the new.
+SOURCE = _source_fingerprint()
+
+# JAX's settings that cannot change a traced program: where programs are kept, and logging.
+UNTRACED = {
+    "jax_enable_compilation_cache", "jax_raise_persistent_cache_errors",
+    "jax_explain_cache_misses", "jax_log_compiles", "jax_logging_level",
+    "jax_debug_log_modules", "jax_log_checkpoint_residuals",
+}  # fmt: skip
+
+
 def _tracing_settings() -> str:
     """JAX's settings, which can change a traced program (jax_enable_x64, the default matmul
-    precision, ...), less the caches' and logging's, which cannot."""
-    values = jax.config.values
-    return repr(sorted((k, repr(v)) for k, v in values.items() if not ("cache" in k or "log" in k)))
+    precision, ...), less UNTRACED and the caches' places and sizes."""
+    kept = (
+        (k, repr(v))
+        for k, v in jax.config.values.items()
+        if k not in UNTRACED and not k.startswith(("jax_compilation_cache", "jax_persistent_cache"))
+    )
+    return repr(sorted(kept))
 
 
 def _key(name: str, static: dict, args: tuple) -> str:
@@ -58,9 +73,8 @@ def _key(name: str, static: dict, args: tuple) -> str:
     leaves, tree = jax.tree.flatten(args)
     shapes = [(tuple(x.shape), str(x.dtype)) for x in leaves]
     parts = [
-        _source_fingerprint(),
-        jax.__version__,
-        jaxlib.__version__,
+        SOURCE,
+        *(metadata.version(p) for p in ("jax", "jaxlib", "flax", "numpy")),
         jax.devices()[0].device_kind,
         _tracing_settings(),
         repr(sorted(static.items())),
@@ -132,7 +146,7 @@ def _write(path: str, payload: bytes) -> None:
     entry = MAGIC + hashlib.sha256(payload).hexdigest().encode() + b"\n" + payload
     try:
         storage.write_bytes(path, entry)  # whole or not at all: readers never see half
-    except storage.WriteFailed as e:  # a cache that cannot be written costs time only
+    except Exception as e:  # noqa: BLE001 - a cache that cannot be written costs time only
         logging.warning("%s; the search will be traced again next time", e)
 
 
