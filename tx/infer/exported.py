@@ -48,6 +48,7 @@ def _source_fingerprint() -> str:
 # Read when the process imports this module (with the rest of tx), not at its first search: a
 # long-lived process whose files are edited meanwhile must not key its old code by the new.
 SOURCE = _source_fingerprint()
+VERSIONS = tuple(metadata.version(p) for p in ("jax", "jaxlib", "flax", "numpy"))
 
 # JAX's settings that cannot change a traced program: where programs are kept, and logging.
 UNTRACED = {
@@ -74,7 +75,7 @@ def _key(name: str, static: dict, args: tuple) -> str:
     shapes = [(tuple(x.shape), str(x.dtype)) for x in leaves]
     parts = [
         SOURCE,
-        *(metadata.version(p) for p in ("jax", "jaxlib", "flax", "numpy")),
+        *VERSIONS,
         jax.devices()[0].device_kind,
         _tracing_settings(),
         repr(sorted(static.items())),
