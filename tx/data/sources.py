@@ -155,7 +155,7 @@ def joined(texts: list[ParallelText]) -> ParallelText:
 
 
 def demo_split(data: ml_collections.ConfigDict, split: str) -> ParallelText:
-    # Imported here: its tables (num2words's, a third of a second) only for the demo corpus.
+    # Imported here: its number-word tables (num2words, a slow import) only for the demo corpus.
     from tx.data import demo_corpus
 
     # Configs written before demo_eval_size existed have no such key.

@@ -40,8 +40,8 @@ def applies(q_len: int, k_len: int) -> bool:
 
 
 def _libs():
-    """Pallas's splash kernel and masks, imported when a kernel is first built: importing
-    them takes a third of a second, which every command would pay on a CPU or GPU."""
+    """Pallas's splash kernel and masks, imported when a kernel is first built: a slow import
+    that a command on a CPU or GPU would otherwise pay for nothing."""
     from jax.experimental.pallas.ops.tpu.splash_attention import (
         splash_attention_kernel,
         splash_attention_mask,

@@ -78,8 +78,8 @@ def reading(path: str):
 class _Loop(asyncio.SelectorEventLoop):
     """An event loop that lets its pending tasks (reads, which end) end before closing. Not
     cancelled, as asyncio.run would: cancelling a TensorStore read waits, holding the GIL, for
-    its completion callback, which runs on TensorStore's thread and needs the GIL: a deadlock
-    (the suite hung once so in tests/test_cli.py's damaged checkpoints)."""
+    its completion callback, which runs on TensorStore's thread and needs the GIL: a
+    deadlock."""
 
     def close(self) -> None:
         pending = asyncio.all_tasks(self)
