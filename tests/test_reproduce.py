@@ -8,7 +8,7 @@ import treebank
 
 from tx.__main__ import main
 from tx.config import load_config
-from tx.model.counting import analytic_param_count
+from tx.model.counting import analytic_param_count, param_counts
 from tx.model.transformer_config import ModelConfig
 from tx.paper import report, reproduce, tables
 from tx.train import runcard
@@ -125,7 +125,9 @@ def test_mini_keeps_each_rows_proportions(root, row):
     assert mini.decode.beam_size == full.decode.beam_size and mini.decode.alpha == full.decode.alpha
     assert mini.train.num_steps == full.train.num_steps * 400 // 100_000  # big: 3x base
     assert mini.reference.to_dict() == full.reference.to_dict()
-    assert analytic_param_count(m)["params"] > 0
+    # plan and report count parameters from the family's equations, untraced: they must be
+    # the tree's count for every row's change (the mini model has the same structure as full).
+    assert analytic_param_count(m) == param_counts(m) and param_counts(m)["params"] > 0
 
 
 def test_direction_against_base():

@@ -20,7 +20,7 @@ import ml_collections
 
 from tx import storage
 from tx.config import checkout, model_config
-from tx.model.counting import param_counts
+from tx.model.counting import analytic_param_count
 from tx.paper import real_page
 from tx.paper.markdown import CODE_PATHS, code_lines, num, pair, title
 from tx.paper.tables import Row, load_row, row_workdir, spec
@@ -102,7 +102,9 @@ def measured(table: int, row: Row, card: dict | None) -> dict:
     if row.min_train_pairs and (pairs is None or pairs < row.min_train_pairs):
         # Not the paper's experiment (or not known to be): never beside its figure.
         out["comparable"] = False
-    out["params"] = param_counts(model_config(ml_collections.ConfigDict(cfg)))["params"]
+    # The family's equations, equal to the parameter tree's count for every row (tests), and
+    # without tracing a model per row.
+    out["params"] = analytic_param_count(model_config(ml_collections.ConfigDict(cfg)))["params"]
     dev = card.get("dev", {})
     if dev.get("step") == steps:
         out["dev_ppl"] = dev.get("dev_perplexity")

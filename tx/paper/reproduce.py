@@ -29,7 +29,7 @@ import ml_collections
 
 from tx import storage
 from tx.config import ConfigError, model_config
-from tx.model.counting import param_counts, train_flops_per_step
+from tx.model.counting import analytic_param_count, train_flops_per_step
 from tx.paper import real
 from tx.paper.report import committed_card, report
 from tx.paper.running import run
@@ -246,7 +246,7 @@ def plan_row(
         "split": row.split,
         "steps": steps,
         "tokens_per_step": tokens,
-        "params": param_counts(mc)["params"],
+        "params": analytic_param_count(mc)["params"],  # = the tree's, untraced (tests)
         "paper": {k: v for k, v in ref.items() if v is not None},
         "model_flops": flops,
         "expected_hours": hours,
