@@ -90,7 +90,7 @@ def _card(pairs, f1=90.0):
 
 
 def test_a_semi_run_on_other_data_is_never_beside_the_papers_figure(monkeypatch):
-    monkeypatch.setattr(report, "param_counts", lambda mc: {"params": 1})
+    monkeypatch.setattr(report, "analytic_param_count", lambda mc: {"params": 1})
     monkeypatch.setattr(report, "model_config", lambda cfg: None)
     semi = next(r for r in tables.TABLES[4] if r.name == "semi")
     small = report.measured(4, semi, _card(40_000))
