@@ -25,10 +25,9 @@ if "PYTEST_XDIST_WORKER" not in os.environ and "JAX_COMPILATION_CACHE_DIR" not i
     os.environ["JAX_COMPILATION_CACHE_DIR"] = _OWN_CACHE
     os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.5")
 
-# Most of the suite's CPU goes to XLA compiling tiny programs that then run for milliseconds
-# (a 12-step tiny training: 70% of its time in backend compiles). LLVM's level 1 compiles them
-# in about half the time and runs them about as fast; level 0 compiles faster still but its code
-# runs slowly enough that the whole suite lost (docs/development.md#how-long-the-suite-takes).
+# Most of the suite's CPU goes to XLA compiling tiny programs that then run for milliseconds.
+# LLVM's level 1 compiles them faster than XLA's default level 3 and runs them about as fast;
+# level 0's code runs too slowly (figures: docs/development.md#how-long-the-suite-takes).
 # Every test and the processes it starts compile the same way, so what a test compares stays
 # comparable; an XLA_FLAGS that already names a level is left as it is.
 if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
