@@ -309,14 +309,14 @@ def padding_efficiency(
     length its rows (real and padded to the shards) and mean real tokens per batch."""
     src_len, tgt_len = split.src_lengths, split.tgt_lengths
     plan = plan_epoch(src_len, tgt_len, keep, spec, 0, mix=mix)
-    drawn = _pairs_of(plan)
-    real_src, real_tgt = int(src_len[drawn].sum()), int(tgt_len[drawn].sum())
     total = sum(2 * len(b.rows) * b.length for b in plan)
     per_length = {}
+    real_src = real_tgt = 0
     for length, rows in step_rows(src_len, tgt_len, keep, spec, mix).items():
         batches = [b for b in plan if b.length == length]
         pairs = _pairs_of(batches)
         src, tgt = int(src_len[pairs].sum()), int(tgt_len[pairs].sum())
+        real_src, real_tgt = real_src + src, real_tgt + tgt
         per_length[length] = {
             "rows": rows,
             "padded_rows": spec.padded(rows),
