@@ -63,7 +63,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     def _forward(self) -> None:
         body, proxy = self._body(), self.server.proxy
         n = next(proxy.count)
-        if n % proxy.every == proxy.every - 1:
+        if proxy.refusing and n % proxy.every == proxy.every - 1:
             status, headers, refusal = _refusal(proxy.flavour, n // proxy.every)
             proxy.refused += 1
             self._answer(status, headers.items(), refusal)
@@ -95,11 +95,12 @@ class _Server(http.server.ThreadingHTTPServer):
 
 class FlakyProxy:
     """Forwards to `upstream` (http://host:port), refusing requests every-1, 2*every-1, ...
-    (counted from 0 over all connections); `url` is its own address, `refused` a count."""
+    (counted from 0 over all connections) while `refusing`, and forwarding all of them once it
+    is not; `url` is its own address, `refused` a count."""
 
     def __init__(self, upstream: str, flavour: str, every: int = 7):
         self.upstream, self.flavour, self.every = urllib.parse.urlparse(upstream), flavour, every
-        self.count, self.refused = itertools.count(), 0
+        self.count, self.refused, self.refusing = itertools.count(), 0, True
         self.server = _Server(("127.0.0.1", 0), _Handler)
         self.server.proxy = self
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"

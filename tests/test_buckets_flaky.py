@@ -4,6 +4,7 @@ proxy that refuses one request in seven (tests/flaky_proxy.py: S3's 503 SlowDown
 s3fs for tx.storage and Orbax's files, TensorStore for the arrays; tx.storage.configure): the
 run trains, resumes, averages and evaluates, to the same parameters as on a local disk."""
 
+import contextlib
 import json
 import logging
 
@@ -20,25 +21,39 @@ from tx.train.checkpoint import Checkpointer
 
 SETTINGS = ("train.num_steps=4", "train.checkpoint_every_steps=2", "train.log_every_steps=2")
 ENDPOINT = {"gs": "STORAGE_EMULATOR_HOST", "s3": "AWS_ENDPOINT_URL"}
+# The variables pointed at the proxy: TensorStore's gcs driver reads its own, which configure()
+# sets only where unset; set here, it is undone with the others when the test ends.
+POINTED = {"gs": [ENDPOINT["gs"], "TENSORSTORE_GCS_HTTP_URL"], "s3": [ENDPOINT["s3"]]}
+
+
+@pytest.fixture(scope="session")
+def proxies():
+    """A proxy per scheme, started on first use and kept until the session ends: a file system
+    a library made while a test pointed at one (etils.epath keeps one per protocol for the
+    process, and Orbax reads through it) still points there after the test, so the proxy keeps
+    forwarding, without refusals, for the later tests of this process."""
+    with contextlib.ExitStack() as stack:
+        yield lambda upstream, scheme: stack.enter_context(flaky(upstream, scheme))
 
 
 @pytest.fixture
-def behind_a_flaky_proxy(request, monkeypatch):
+def behind_a_flaky_proxy(request, monkeypatch, proxies):
     """(scheme, a fresh prefix in its bucket, the proxy) with this process pointed at the
-    proxy; file systems made for the server itself are not reused, nor those made here after."""
+    proxy, refusing one request in seven until the test ends; file systems made for the server
+    itself are not reused, nor those made here after."""
     scheme = request.param
     env = request.getfixturevalue("gcs_env" if scheme == "gs" else "s3_env")
-    with flaky(env[ENDPOINT[scheme]], scheme) as proxy:
-        for key, value in {**OFFLINE, **env, ENDPOINT[scheme]: proxy.url}.items():
-            monkeypatch.setenv(key, value)
-        monkeypatch.delenv("TENSORSTORE_GCS_HTTP_URL", raising=False)  # configure() sets it
-        monkeypatch.setattr(storage, "_configured", False)
-        storage.configure()
+    proxy = proxies(env[ENDPOINT[scheme]], scheme)
+    for key, value in {**OFFLINE, **env, **dict.fromkeys(POINTED[scheme], proxy.url)}.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setattr(storage, "_configured", False)
+    storage.configure()
+    _forget_file_systems()
+    try:
+        yield scheme, fresh_prefix(scheme), proxy
+    finally:
+        proxy.refusing = False
         _forget_file_systems()
-        try:
-            yield scheme, fresh_prefix(scheme), proxy
-        finally:
-            _forget_file_systems()
 
 
 def _forget_file_systems() -> None:
