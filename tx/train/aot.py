@@ -118,10 +118,10 @@ def _bytes_per_device(tree) -> int:
 KERNELS = ("tpu_custom_call", "__cudnn$fmha")
 
 
-def compile_report(cfg: ml_collections.ConfigDict, devices=None) -> dict:
-    """Compiles the train step on the largest bucket; returns memory and FLOPs per device."""
+def lower_train_step(cfg: ml_collections.ConfigDict, devices=None):
+    """(trainer, abstract state, batch [rows, length], the train step lowered for them) on the
+    largest bucket: traced through model, loss and optimizer, not yet compiled by XLA."""
     trainer = trainer_lib.build(cfg, devices)
-    mesh, mc = trainer.mesh, trainer.model.config
     state = trainer_lib.abstract_train_state(trainer)
     length = cfg.data.max_len if cfg.data.pack else cfg.data.bucket_lengths[-1]
     multiple = trainer.layout.data_shards * cfg.train.micro_batches
@@ -133,7 +133,15 @@ def compile_report(cfg: ml_collections.ConfigDict, devices=None) -> dict:
         k: jax.ShapeDtypeStruct((rows, length), np.int32, sharding=trainer.layout.batch)
         for k in ("inputs", "targets")
     }
-    compiled = trainer_lib.jit_train_step(trainer).lower(state, batch).compile()
+    return trainer, state, batch, trainer_lib.jit_train_step(trainer).lower(state, batch)
+
+
+def compile_report(cfg: ml_collections.ConfigDict, devices=None) -> dict:
+    """Compiles the train step on the largest bucket; returns memory and FLOPs per device."""
+    trainer, state, batch, lowered = lower_train_step(cfg, devices)
+    mesh, mc = trainer.mesh, trainer.model.config
+    rows, length = batch["inputs"].shape
+    compiled = lowered.compile()
     memory = compiled.memory_analysis()
     hlo = compiled.as_text() or ""
     cost = compiled.cost_analysis()
