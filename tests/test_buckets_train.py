@@ -350,6 +350,11 @@ def reference(tmp_path_factory, tiny, vocab):
     return path
 
 
+# s3 under -m slow (29 s): the checkpoint tests above run its atomicity on both servers by
+# default, and the slow suite trains, kills and resumes on s3 (test_buckets_pod, _flaky).
+@pytest.mark.parametrize(
+    "bucket", ["gs", pytest.param("s3", marks=pytest.mark.slow)], indirect=True
+)
 def test_prepare_then_train_and_resume_in_a_bucket_as_uninterrupted(
     run, tiny, vocab, reference, caplog
 ):
