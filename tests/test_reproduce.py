@@ -212,10 +212,11 @@ def test_table4_mini_runs_on_a_users_treebank(capsys, tmp_path):
     assert scores["search"]["beam_size"] == 21 and scores["search"]["alpha"] == 0.3
 
 
-# Every row's change traced through training and search, without XLA's compile (which made
-# this 30 minutes on 2 cores when every row trained): test_plan_run_report_on_two_mini_rows
-# runs the harness itself, and the rows differ from each other only in their configs.
-@pytest.mark.slow  # about 2 s a row
+# Every row's change traced through training and search, without XLA's compile (training
+# every row cost the slow suite most of its time: docs/development.md):
+# test_plan_run_report_on_two_mini_rows runs the harness itself, and the rows differ from each
+# other only in their configs.
+@pytest.mark.slow  # a few seconds a row
 @pytest.mark.parametrize("row", [r.name for r in tables.TABLES[3]])
 def test_every_table3_row_traces_train_and_search_at_mini_scale(root, row):
     import jax
