@@ -1,5 +1,6 @@
 """tx reproduce: the tables' rows, plans (params, FLOPs, time), mini scale, run and report."""
 
+import functools
 import json
 import shutil
 
@@ -222,8 +223,8 @@ def test_every_table3_row_traces_train_and_search_at_mini_scale(root, row):
     import jax
     import numpy as np
 
-    from tx.infer.decoders import decoder
     from tx.infer.search import Strategy
+    from tx.infer.translate import _search
     from tx.train.aot import lower_train_step
 
     cfg = load_config(str(root / "configs" / f"mini.py:table3.py:{row}"))
@@ -237,15 +238,14 @@ def test_every_table3_row_traces_train_and_search_at_mini_scale(root, row):
     rows, length = 2, batch["inputs"].shape[1]
     steps = length + cfg.decode.max_extra_len
 
-    def search(params, inputs):
-        dec = decoder(trainer.model, params, inputs, strategy.width, steps)
-        limit = np.full((rows,), steps, np.int32)
-        return strategy(dec, limit, steps, jax.random.key(0))
-
+    # translate's own search program (one model), traced for two sentences of this length
+    search = functools.partial(_search, models=(trainer.model,), strategy=strategy, max_steps=steps)
     sequences, scores = jax.eval_shape(
-        search, state.params, jax.ShapeDtypeStruct((rows, length), np.int32)
+        search,
+        (state.params,),
+        jax.ShapeDtypeStruct((rows, length), np.int32),
+        np.full((rows,), steps, np.int32),
+        jax.random.key(0),
     )
-    assert sequences.shape == (rows, strategy.width, steps) and scores.shape == (
-        rows,
-        1 * strategy.width,
-    )
+    assert sequences.shape == (rows, strategy.width, steps)
+    assert scores.shape == (rows, strategy.width)
