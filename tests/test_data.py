@@ -13,6 +13,7 @@ from tx.data.pipeline import (
     POSITION_KEY,
     BatchSpec,
     TrainStream,
+    _pack_rows,
     eval_batches,
     filter_for_training,
     plan_epoch,
@@ -383,6 +384,20 @@ def test_batches_respect_budget_and_cover_each_pair_once(pack):
     assert sorted(seen) == sorted(keep.tolist())
     other = plan_epoch(split.src_lengths, split.tgt_lengths, keep, spec, epoch=1)
     assert [b.rows for b in other] != [b.rows for b in plan]  # reshuffled each epoch
+
+
+def test_packing_puts_each_pair_in_the_first_open_row_with_room():
+    """First fit over a window of open rows (here 2): a pair that fits no open row opens one,
+    closing the oldest when the window is full; the plan's bits depend on this order."""
+    src = np.array([6, 5, 4, 3, 5, 1])
+    tgt = np.array([6, 5, 4, 3, 2, 1])
+    spec = BatchSpec((10,), tokens_per_step=20, max_len=10, pack=True)
+    rows = _pack_rows(np.arange(6), src, tgt, spec, open_rows=2)
+    # 0 opens a row; 1 does not fit it; 2 fills it; 3 joins 1; 4 fits neither (src 5 > 2
+    # left): the full row [0, 2] closes; 5 joins [1, 3].
+    assert rows == [[0, 2], [1, 3, 5], [4]]
+    order = np.array([5, 4, 3, 2, 1, 0])
+    assert _pack_rows(order, src, tgt, spec, open_rows=2) == [[5, 4, 3], [2, 1], [0]]
 
 
 @pytest.mark.parametrize("pack", [False, True])

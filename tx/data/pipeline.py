@@ -197,22 +197,31 @@ def _bucket(order, src_len, tgt_len, spec: BatchSpec, rows_of: dict) -> list[Pla
 
 
 def _pack_rows(order, src_len, tgt_len, spec: BatchSpec, open_rows: int = 16) -> list[list[int]]:
-    """First-fit packing into rows of `max_len` on both sides, over a window of open rows."""
+    """First-fit packing into rows of `max_len` on both sides, over a window of open rows.
+
+    Plain Python lists, not NumPy scalars: every command that trains plans its epoch with this
+    loop, over every pair, before its first step."""
     length = spec.max_len
     done: list[list[int]] = []
-    window: list[tuple[list[int], int, int]] = []  # (members, src used, tgt used)
-    for i in order:
-        s, t = int(src_len[i]), int(tgt_len[i])
-        for k, (members, su, tu) in enumerate(window):
-            if su + s <= length and tu + t <= length:
-                members.append(int(i))
-                window[k] = (members, su + s, tu + t)
+    rows: list[list[int]] = []  # the window's open rows, oldest first, and their room left
+    src_room: list[int] = []
+    tgt_room: list[int] = []
+    pairs = zip(order.tolist(), src_len[order].tolist(), tgt_len[order].tolist(), strict=True)
+    for i, s, t in pairs:
+        for k, room in enumerate(src_room):
+            if s <= room and t <= tgt_room[k]:
+                rows[k].append(i)
+                src_room[k] = room - s
+                tgt_room[k] -= t
                 break
         else:
-            if len(window) == open_rows:
-                done.append(window.pop(0)[0])
-            window.append(([int(i)], s, t))
-    done.extend(members for members, _, _ in window)
+            if len(rows) == open_rows:
+                done.append(rows.pop(0))
+                del src_room[0], tgt_room[0]
+            rows.append([i])
+            src_room.append(length - s)
+            tgt_room.append(length - t)
+    done.extend(rows)
     return done
 
 

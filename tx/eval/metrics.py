@@ -19,7 +19,6 @@ import re
 
 import numpy as np
 from sacrebleu.metrics import BLEU, CHRF
-from sacremoses import MosesTokenizer
 
 _COMPOUND = re.compile(r"(\S)-(\S)")
 COMPOUND_SPLIT_LANGS = frozenset({"de"})  # get_ende_bleu.sh is EN-DE's: German targets only
@@ -27,6 +26,10 @@ COMPOUND_SPLIT_LANGS = frozenset({"de"})  # get_ende_bleu.sh is EN-DE's: German 
 
 def moses_tokenize(lines: list[str], lang: str) -> list[str]:
     """Moses tokenization as tokenizer.perl -l LANG does by default (with HTML escaping)."""
+    # imported here: sacremoses compiles its patterns on import (about a second), which a
+    # training run that scores BLEU only at its evaluations should not wait for at start
+    from sacremoses import MosesTokenizer
+
     tok = MosesTokenizer(lang=lang)
     return [tok.tokenize(line, return_str=True, escape=True) for line in lines]
 
