@@ -1,14 +1,23 @@
-"""Compiled programs kept across commands (tx.cli.compile_cache, and the searches kept traced:
-tx.infer.exported): where the cache is, and that a command translates the same cold, warm,
-with the cache off (the search jitted, not exported), and over damaged entries."""
+"""Compiled programs kept across commands (tx.cli.compile_cache, and the programs kept traced:
+tx.train.kept): where the cache is, that a command translates the same cold, warm, with the
+cache off (the search jitted, not exported), and over damaged entries, and that training is
+bitwise the same cold, warm and off, resumed or not."""
 
+import logging
 import os
 import pathlib
 import subprocess
 import sys
 
+import jax
+import numpy as np
+
 from tx import storage
 from tx.cli.compile_cache import directory
+from tx.train import kept
+from tx.train.checkpoint import Checkpointer
+from tx.train.loop import train
+from tx.train.trainer import abstract_train_state, build
 
 SENTENCES = "The dog sees a cat.\nWe count three small birds.\n"
 
@@ -53,8 +62,9 @@ def test_a_command_translates_the_same_cold_warm_off_and_over_damaged_entries(
     cold = _translate(root, trained, TX_CACHE_DIR=str(tmp_path / "tx"))
     written = _entries(cache)
     assert written and len(cold.splitlines()) == 2  # the programs it compiled were kept
-    searches = sorted((cache / "tx-exported").iterdir())  # and its search, traced (exported)
-    assert [p.name.split("-")[0] for p in searches] == ["_search"]
+    # and what it traced: its search (exported) and the parameters' tree (tx.train.kept)
+    searches = sorted((cache / "tx-exported").iterdir())
+    assert [p.name.split("-")[0] for p in searches] == ["_search", "abstract_params"]
     assert _translate(root, trained, TX_COMPILATION_CACHE=str(cache)) == cold
     assert _entries(cache) == written
     off = tmp_path / "off"
@@ -63,4 +73,38 @@ def test_a_command_translates_the_same_cold_warm_off_and_over_damaged_entries(
     for path in written:
         pathlib.Path(path).write_bytes(pathlib.Path(path).read_bytes()[:7])
     assert _translate(root, trained, TX_COMPILATION_CACHE=str(cache)) == cold
-    assert searches[0].stat().st_size == written[str(searches[0])][0]  # exported again, whole
+    for entry in searches:  # made again, whole
+        assert entry.stat().st_size == written[str(entry)][0]
+
+
+def test_training_is_bitwise_the_same_off_cold_and_warm_resumed_or_not(
+    vocab, tiny, tmp_path, monkeypatch, caplog
+):
+    """The tiny run trained two steps with nothing kept (off: the step jitted), resumed for a
+    third with the step exported and kept (cold), and trained three steps in a process that
+    has no program in memory (warm: read back, nothing exported, nothing written): the same
+    parameters, bit for bit."""
+    cache = tmp_path / "cache"
+
+    def run(name: str, steps: int, where):
+        monkeypatch.setattr(kept, "_cache_dir", lambda: where)
+        monkeypatch.setattr(kept, "_programs", {})  # a new process: no program in memory
+        cfg = tiny(f"data.vocab_path={vocab}", f"train.num_steps={steps}")
+        train(cfg, str(tmp_path / name))
+        state, _ = Checkpointer(str(tmp_path / name)).restore(
+            steps, abstract_train_state(build(cfg))
+        )
+        return jax.tree_util.tree_leaves(jax.device_get(state))
+
+    run("resumed", 2, None)
+    assert not cache.exists()
+    cold = run("resumed", 3, str(cache))
+    entries = sorted(p.name.split("-")[0] for p in (cache / kept.DIRECTORY).iterdir())
+    assert entries == ["abstract_params", "train_step"]
+    written = _entries(cache)
+    monkeypatch.setattr(kept.export, "export", None)  # exporting would warn
+    with caplog.at_level(logging.WARNING):
+        warm = run("warm", 3, str(cache))
+    assert not [r for r in caplog.records if r.pathname.endswith("kept.py")]
+    assert _entries(cache) == written
+    assert all(np.array_equal(a, b) for a, b in zip(cold, warm, strict=True))

@@ -74,10 +74,10 @@ def test_workdir_with_other_model_is_refused(vocab, shared_run, tmp_path, tiny):
 def test_nan_guard_stops_and_keeps_last_good_checkpoint(vocab, tmp_path, monkeypatch, tiny):
     import tx.train.trainer as trainer_lib
 
-    real = trainer_lib.jit_train_step
+    real = trainer_lib.kept_train_step  # the loop's step: jitted, or kept traced
 
-    def poisoned(trainer):
-        step = real(trainer)
+    def poisoned(trainer, cfg):
+        step = real(trainer, cfg)
 
         def run(state, batch):
             if int(state.step) == 4:  # the 5th update sees NaN parameters
@@ -88,7 +88,7 @@ def test_nan_guard_stops_and_keeps_last_good_checkpoint(vocab, tmp_path, monkeyp
 
         return run
 
-    monkeypatch.setattr(trainer_lib, "jit_train_step", poisoned)
+    monkeypatch.setattr(trainer_lib, "kept_train_step", poisoned)
     cfg = tiny(f"data.vocab_path={vocab}", "train.num_steps=10", "train.checkpoint_every_steps=2")
     with pytest.raises(Diverged, match="step 5"):
         train(cfg, str(tmp_path))

@@ -245,7 +245,8 @@ def test_every_table3_row_traces_train_and_search_at_mini_scale(root, row):
         (state.params,),
         jax.ShapeDtypeStruct((rows, length), np.int32),
         np.full((rows,), steps, np.int32),
-        jax.random.key(0),
+        np.uint32(0),  # sampling's seed
+        np.int32(0),  # the batch's number
     )
     assert sequences.shape == (rows, strategy.width, steps)
     assert scores.shape == (rows, strategy.width)

@@ -318,7 +318,7 @@ def test_translate_ids_passes_the_limits_to_the_search(tiny, monkeypatch):
 
     seen = []
 
-    def search(models, params, inputs, max_lengths, rng, *, strategy, max_steps):
+    def search(models, params, inputs, max_lengths, seed, number, *, strategy, max_steps):
         seen.append((np.asarray(inputs), np.asarray(max_lengths), max_steps))
         shape = (inputs.shape[0], strategy.width)
         return jnp.full((*shape, max_steps), EOS_ID, jnp.int32), jnp.zeros(shape)

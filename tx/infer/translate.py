@@ -13,6 +13,7 @@ ensemble (tx.infer.decoders) through `ensemble`.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 
 import jax
@@ -26,15 +27,13 @@ from tx.config import ConfigError, load_config, model_config
 from tx.data.pipeline import eval_batches
 from tx.data.tokenizer import Tokenizer
 from tx.data.vocabulary import check_source_vocabulary, run_tokenizer
-from tx.infer import exported
 from tx.infer.decoders import decoder, ensemble_decoder
 from tx.infer.safeguards import max_output_length
 from tx.infer.search import Strategy
-from tx.model.counting import abstract_params
 from tx.model.families import build_model
 from tx.model.transformer_config import TABLES
 from tx.tokens import EOS_ID, PAD_ID
-from tx.train import best, checkpoint, sharding
+from tx.train import best, checkpoint, kept, sharding
 from tx.train.averaging import averaged_meta, averaged_steps, restore_averaged
 
 
@@ -75,7 +74,8 @@ def load_model(
     tokenizer = check_source_vocabulary(run_tokenizer(workdir), cfg.model, workdir)
     mc = model_config(cfg)
     layout = sharding.layout(cfg.mesh)
-    target = layout.placed(abstract_params(mc))  # no optimizer built, no memory allocated
+    # no optimizer built, no memory allocated; traced once and kept (tx.train.kept)
+    target = layout.placed(kept.abstract_params(mc))
     chosen = _choose(cfg, selection)
     if chosen.kind == wd.AVERAGE:
         params, source = _read_average(workdir, chosen.step, target)
@@ -226,19 +226,41 @@ def load_ensemble(
 
 
 def _search_batch(
-    models: tuple, params: tuple, inputs, max_lengths, rng, *, strategy: Strategy, max_steps: int
+    models: tuple,
+    params: tuple,
+    inputs,
+    max_lengths,
+    seed: int,
+    number: int,
+    *,
+    strategy: Strategy,
+    max_steps: int,
 ):
     """inputs [b, s] -> (sequences [b, n, max_steps], scores [b, n]), n = strategy.width.
 
     One model, or an ensemble of several (`models` and `params` are tuples, one per member).
-    Compiled once per shape, and kept traced across commands (tx.infer.exported)."""
-    static = {"models": models, "strategy": strategy, "max_steps": max_steps}
-    args = (params, inputs, max_lengths, rng)
-    return exported.search(_search, static, args)(*args)
+    Compiled once per shape, and kept traced across commands (tx.train.kept). Sampling
+    draws from `seed` folded with the batch's `number`."""
+    # PRNGKey keeps an int seed's low 32 bits (x64 off): the same key as PRNGKey(seed) eagerly
+    args = (params, inputs, max_lengths, np.uint32(seed % 2**32), np.int32(number))
+    key = {"models": models, "strategy": strategy, "max_steps": max_steps}
+    return kept.program("_search", _jitted_search(**key), key, args)(*args)
 
 
-def _search(params: tuple, inputs, max_lengths, rng, *, models: tuple, strategy, max_steps: int):
-    """_search_batch's program."""
+@functools.cache
+def _jitted_search(models: tuple, strategy: Strategy, max_steps: int):
+    return jax.jit(
+        functools.partial(_search, models=models, strategy=strategy, max_steps=max_steps)
+    )
+
+
+def _search(
+    params: tuple, inputs, max_lengths, seed, number, *, models: tuple, strategy, max_steps: int
+):
+    """_search_batch's program. The sampling key is made inside it: made outside, its few
+    operations would be compiled afresh by every command (JAX's compilation cache keeps no
+    program that compiles that fast)."""
+    rng = jax.random.fold_in(jax.random.PRNGKey(seed), number)
     decoders = [
         decoder(m, p, inputs, strategy.width, max_steps)
         for m, p in zip(models, params, strict=True)
@@ -285,7 +307,8 @@ def translate_ids(
             tuple(p for _, p in loaded.members),
             layout.global_batch({"inputs": inputs[mine]})["inputs"],
             layout.global_rows(max_lengths[mine]),
-            jax.random.fold_in(jax.random.PRNGKey(decode_cfg.seed), number),
+            int(decode_cfg.seed),
+            number,
             strategy=strategy,
             max_steps=max_output_length(length - 1, extra, ratio) + 1,  # the bucket's longest
         )

@@ -21,6 +21,8 @@
     sizing.py        what a config asks for: parameters, rows and real tokens per step
     aot.py           the train step compiled ahead of time for a slice: memory, step time
     chips.py         HBM, peak FLOP/s and bandwidth of the TPUs and GPUs tx plans for
+    kept.py          programs kept traced (jax.export) and the parameters' abstract tree,
+                     beside the compilation cache: what a warm command does not trace again
 
 May import: tx.tokens, tx.model, tx.config, tx.workdir, tx.data and this wing.
 settings.py sits at tx.config's layer: it imports nothing of tx above tx.model.

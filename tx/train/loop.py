@@ -230,7 +230,7 @@ def _restore_or_init(trainer, ckpt: Checkpointer, seed: int, source: init_from.S
 
 def _loop(run: _Run, state, stream) -> dict:
     t = run.cfg.train
-    step_fn = trainer_lib.jit_train_step(run.trainer)
+    step_fn = trainer_lib.kept_train_step(run.trainer, run.cfg)  # kept across commands
     eval_fn = trainer_lib.jit_eval_step(run.trainer)
     mc = run.trainer.model.config
     throughput = Throughput(jax.device_count(), run.peak)

@@ -27,7 +27,7 @@ from tx.config import model_config
 from tx.model.families import build_model
 from tx.model.layers import traced_on
 from tx.tokens import PAD_ID
-from tx.train import sharding
+from tx.train import kept, sharding
 from tx.train.losses import (
     chunk_tokens,
     chunked_cross_entropy,
@@ -88,6 +88,11 @@ class Trainer:
 def _init_boxed(model: nn.Module, optimizer, rng):
     tokens = jnp.ones((1, 8), jnp.int32)
     params = model.init({"params": rng}, tokens, tokens, deterministic=True)["params"]
+    return _state_around(optimizer, params, rng)
+
+
+def _state_around(optimizer, params, rng) -> TrainState:
+    """A new TrainState holding `params`."""
     return TrainState(
         step=jnp.zeros((), jnp.int32),
         params=params,
@@ -113,9 +118,10 @@ def build(
     model = build_model(mc)
     adam, schedule = make_optimizer(cfg.optim, mc.d_model)
     optimizer = optimizer or adam
-    abstract = jax.eval_shape(
-        functools.partial(_init_boxed, model, optimizer), jax.random.PRNGKey(0)
-    )
+    # the parameters' tree traced through the model once and kept (tx.train.kept), the rest
+    # of the state from it: _init_boxed's shapes without tracing the model again
+    params, key = kept.abstract_params(mc), jax.ShapeDtypeStruct((2,), jnp.uint32)
+    abstract = jax.eval_shape(functools.partial(_state_around, optimizer), params, key)
     return Trainer(
         model,
         optimizer,
@@ -271,6 +277,44 @@ def jit_train_step(trainer: Trainer):
         out_shardings=(trainer.state_sharding, None),
         donate_argnums=(0,),
     )
+
+
+def kept_train_step(trainer: Trainer, cfg: ml_collections.ConfigDict):
+    """jit_train_step(trainer) (built from `cfg`), kept traced across commands where
+    tx.train.kept keeps programs (one device, one process, a compilation cache on): a resumed
+    run neither traces nor lowers its step again. Keyed by the whole config, a superset of
+    what the step depends on besides the shapes. The same program runs cold and warm, on the
+    state's leaves (jax.export keeps only builtin containers): one batch shape, one entry."""
+    jitted = jit_train_step(trainer)
+    if not kept.keeping():
+        return jitted
+    key = {"config": cfg.to_json_best_effort(sort_keys=True)}
+    tree = jax.tree_util.tree_structure(trainer.abstract_state)
+    leaves = jax.tree_util.tree_leaves(trainer.abstract_state)
+    shardings = [x.sharding for x in leaves]
+
+    def flat_step(state_leaves: list, batch: dict):
+        state, metrics = train_step(
+            trainer, jax.tree_util.tree_unflatten(tree, state_leaves), batch
+        )
+        return jax.tree_util.tree_leaves(state), metrics
+
+    flat = jax.jit(
+        _in_context(trainer, flat_step),
+        in_shardings=(shardings, trainer.layout.batch),
+        out_shardings=(shardings, None),
+        donate_argnums=(0,),
+    )
+    programs: dict = {}  # by the batch's shapes
+
+    def step(state: TrainState, batch: dict):
+        shapes = tuple((k, v.shape, str(v.dtype)) for k, v in sorted(batch.items()))
+        if shapes not in programs:
+            programs[shapes] = kept.program("train_step", flat, key, (leaves, batch), (0,))
+        new, metrics = programs[shapes](jax.tree_util.tree_leaves(state), batch)
+        return jax.tree_util.tree_unflatten(tree, new), metrics
+
+    return step
 
 
 def jit_eval_step(trainer: Trainer):
