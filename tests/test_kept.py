@@ -157,3 +157,16 @@ def test_a_donated_argument_is_donated_cold_and_warm(place, monkeypatch):
         assert x.is_deleted() and not y.is_deleted()
         assert np.array_equal(total, np.arange(4.0) + 1) and float(ones) == 4.0
     assert len(list(place.iterdir())) == 1
+
+
+def test_only_a_trainer_with_the_configured_optimizer_keeps_its_step(place, tiny):
+    """The kept step is keyed by the config: a trainer built with another optimizer (as the
+    mesh tests build one with SGD) must not share, or leave, an entry."""
+    import optax
+
+    from tx.train.trainer import build, kept_train_step
+
+    cfg = tiny()
+    assert not hasattr(kept_train_step(build(cfg), cfg), "lower")  # kept: a wrapper
+    other = kept_train_step(build(cfg, optimizer=optax.sgd(0.1)), cfg)
+    assert hasattr(other, "lower")  # jax.jit's own: nothing kept

@@ -21,7 +21,7 @@ Entries are kept only where a compilation cache is on (JAX's jax_compilation_cac
 by a command or by the user) and the command runs on one device in one process (`keeping`);
 elsewhere `jitted` runs as it is. Cold and warm commands both run the exported program, so
 both compile the same one and give the same results. An entry's key covers tx's own source (as
-this process imported it), the jax, jaxlib, flax and numpy versions, the device kind, JAX's
+this process imported it), the jax, jaxlib, flax, optax and numpy versions, the device kind, JAX's
 settings (x64, matmul precision, ...), the caller's `key` (the model's config, the search, the
 run's config) and the arguments' tree, shapes and dtypes; a different key is a new entry, and
 an entry that cannot be read is a warning and made anew, never an error.
@@ -58,7 +58,7 @@ def _source_fingerprint() -> str:
 # Read when the process imports this module (with the rest of tx), not at its first use: a
 # long-lived process whose files are edited meanwhile must not key its old code by the new.
 SOURCE = _source_fingerprint()
-VERSIONS = tuple(metadata.version(p) for p in ("jax", "jaxlib", "flax", "numpy"))
+VERSIONS = tuple(metadata.version(p) for p in ("jax", "jaxlib", "flax", "optax", "numpy"))
 
 # JAX's settings that cannot change a traced program: where programs are kept, and logging.
 UNTRACED = {
@@ -170,9 +170,9 @@ def write(path: str, payload: bytes) -> None:
 def read(path: str, parse):
     """parse(the payload) of the entry at `path`, or None when there is none or it cannot be
     read (a warning: the caller makes it again, and the entry is replaced)."""
-    if not storage.isfile(path):
-        return None
     try:
+        if not storage.isfile(path):
+            return None
         entry = storage.read_bytes(path)
         head, payload = entry[: len(MAGIC) + 65], entry[len(MAGIC) + 65 :]
         digest = hashlib.sha256(payload).hexdigest().encode() + b"\n"

@@ -69,6 +69,7 @@ class Trainer:
     micro_batches: int
     loss_chunk_tokens: int  # 0: the plain loss; > 0: the fused one (tx.train.losses), resolved
     unlikelihood: float = 0.0  # alpha of token-level unlikelihood (tx.train.losses); 0: none
+    configured: bool = True  # the optimizer is the config's (build's `optimizer` not given)
 
     @property
     def sum_keys(self) -> tuple[str, ...]:
@@ -117,10 +118,10 @@ def build(
     sharding.check_sizes_fit(layout.mesh, mc.tensor_split_sizes())
     model = build_model(mc)
     adam, schedule = make_optimizer(cfg.optim, mc.d_model)
-    optimizer = optimizer or adam
+    configured, optimizer = optimizer is None, optimizer or adam
     # the parameters' tree traced through the model once and kept (tx.train.kept), the rest
     # of the state from it: _init_boxed's shapes without tracing the model again
-    params, key = kept.abstract_params(mc), jax.ShapeDtypeStruct((2,), jnp.uint32)
+    params, key = kept.abstract_params(mc), jax.eval_shape(jax.random.PRNGKey, 0)
     abstract = jax.eval_shape(functools.partial(_state_around, optimizer), params, key)
     return Trainer(
         model,
@@ -132,6 +133,7 @@ def build(
         cfg.train.micro_batches,
         chunk_tokens(cfg.train.loss_chunk_tokens, mc.vocab_rows, layout.platform),
         cfg.train.unlikelihood,
+        configured=configured,
     )
 
 
@@ -282,11 +284,13 @@ def jit_train_step(trainer: Trainer):
 def kept_train_step(trainer: Trainer, cfg: ml_collections.ConfigDict):
     """jit_train_step(trainer) (built from `cfg`), kept traced across commands where
     tx.train.kept keeps programs (one device, one process, a compilation cache on): a resumed
-    run neither traces nor lowers its step again. Keyed by the whole config, a superset of
-    what the step depends on besides the shapes. The same program runs cold and warm, on the
-    state's leaves (jax.export keeps only builtin containers): one batch shape, one entry."""
+    run neither traces nor lowers its step again. Keyed by the whole config, which is all
+    the step depends on besides the shapes for a trainer `build` made from it with the
+    configured optimizer (one given in its place is not in the config: that step is jitted,
+    never kept). The same program runs cold and warm, on the state's leaves (jax.export keeps
+    only builtin containers): one batch shape, one entry."""
     jitted = jit_train_step(trainer)
-    if not kept.keeping():
+    if not kept.keeping() or not trainer.configured:
         return jitted
     key = {"config": cfg.to_json_best_effort(sort_keys=True)}
     tree = jax.tree_util.tree_structure(trainer.abstract_state)
@@ -311,7 +315,10 @@ def kept_train_step(trainer: Trainer, cfg: ml_collections.ConfigDict):
         shapes = tuple((k, v.shape, str(v.dtype)) for k, v in sorted(batch.items()))
         if shapes not in programs:
             programs[shapes] = kept.program("train_step", flat, key, (leaves, batch), (0,))
-        new, metrics = programs[shapes](jax.tree_util.tree_leaves(state), batch)
+        state_leaves, state_tree = jax.tree_util.tree_flatten(state)
+        if state_tree != tree:  # as the jitted step's shardings would refuse it
+            raise ValueError(f"the train state's structure {state_tree} is not {tree}")
+        new, metrics = programs[shapes](state_leaves, batch)
         return jax.tree_util.tree_unflatten(tree, new), metrics
 
     return step
