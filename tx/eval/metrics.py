@@ -26,8 +26,8 @@ COMPOUND_SPLIT_LANGS = frozenset({"de"})  # get_ende_bleu.sh is EN-DE's: German 
 
 def moses_tokenize(lines: list[str], lang: str) -> list[str]:
     """Moses tokenization as tokenizer.perl -l LANG does by default (with HTML escaping)."""
-    # imported here: sacremoses compiles its patterns on import (about a second), which a
-    # training run that scores BLEU only at its evaluations should not wait for at start
+    # imported here: sacremoses compiles its patterns on import, which a training run that
+    # scores BLEU only at its evaluations should not wait for at its start
     from sacremoses import MosesTokenizer
 
     tok = MosesTokenizer(lang=lang)
