@@ -289,12 +289,10 @@ def kept_train_step(trainer: Trainer, cfg: ml_collections.ConfigDict):
     configured optimizer (one given in its place is not in the config: that step is jitted,
     never kept). The same program runs cold and warm, on the state's leaves (jax.export keeps
     only builtin containers): one batch shape, one entry."""
-    jitted = jit_train_step(trainer)
     if not kept.keeping() or not trainer.configured:
-        return jitted
+        return jit_train_step(trainer)
     key = {"config": cfg.to_json_best_effort(sort_keys=True)}
-    tree = jax.tree_util.tree_structure(trainer.abstract_state)
-    leaves = jax.tree_util.tree_leaves(trainer.abstract_state)
+    leaves, tree = jax.tree_util.tree_flatten(trainer.abstract_state)
     shardings = [x.sharding for x in leaves]
 
     def flat_step(state_leaves: list, batch: dict):
