@@ -25,6 +25,13 @@ if "PYTEST_XDIST_WORKER" not in os.environ and "JAX_COMPILATION_CACHE_DIR" not i
     os.environ["JAX_COMPILATION_CACHE_DIR"] = _OWN_CACHE
     os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.5")
 
+# Commands keep their programs traced (tx.train.kept) where a compilation cache is on, as the
+# suite's is: every training in one process would then compile the exported train step, and
+# the tests that build a trainer themselves the jitted one, two programs where one serves.
+# Off for the suite; tests/test_kept.py and tests/test_compile_cache.py turn it on and prove
+# the kept programs give the jitted programs' results, bit for bit.
+os.environ.setdefault("TX_KEPT_PROGRAMS", "off")
+
 # Most of the suite's CPU goes to XLA compiling tiny programs that then run for milliseconds.
 # LLVM's level 1 compiles them faster than XLA's default level 3 and runs them about as fast;
 # level 0's code runs too slowly (figures: docs/development.md#how-long-the-suite-takes).

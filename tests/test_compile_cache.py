@@ -37,7 +37,7 @@ def _translate(root, workdir, **env) -> str:
     """`python -m tx translate` of SENTENCES in a process of its own, without the suite's
     JAX_COMPILATION_CACHE_DIR and with `env` added; its output."""
     environ = {k: v for k, v in os.environ.items() if k != "JAX_COMPILATION_CACHE_DIR"}
-    environ.update(JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0", **env)
+    environ.update(JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0", TX_KEPT_PROGRAMS="on", **env)
     done = subprocess.run(
         [sys.executable, "-m", "tx", "translate", "--workdir", workdir],
         input=SENTENCES, capture_output=True, text=True, cwd=root, env=environ, timeout=600,
@@ -85,6 +85,7 @@ def test_training_is_bitwise_the_same_off_cold_and_warm_resumed_or_not(
     has no program in memory (warm: read back, nothing exported, nothing written): the same
     parameters, bit for bit."""
     cache = tmp_path / "cache"
+    monkeypatch.setenv(kept.ENV, "on")  # the suite's own default is off (tests/conftest.py)
 
     def run(name: str, steps: int, where):
         monkeypatch.setattr(kept, "_cache_dir", lambda: where)

@@ -26,6 +26,7 @@ def place(tmp_path, monkeypatch):
     another test's in memory."""
     monkeypatch.setattr(kept, "_cache_dir", lambda: str(tmp_path))
     monkeypatch.setattr(kept, "_programs", {})
+    monkeypatch.setenv(kept.ENV, "on")  # the suite's own default is off (tests/conftest.py)
     return tmp_path / kept.DIRECTORY
 
 
@@ -100,7 +101,7 @@ def test_what_cannot_be_exported_is_jitted_with_a_warning(place, caplog):
     assert "with_callback cannot be exported" in caplog.text and not place.exists()
 
 
-def test_without_a_compilation_cache_or_on_several_devices_the_program_is_jitted(
+def test_without_a_compilation_cache_on_several_devices_or_turned_off_the_program_is_jitted(
     place, monkeypatch, caplog
 ):
     monkeypatch.setattr(kept.export, "export", None)  # exporting would warn
@@ -112,6 +113,10 @@ def test_without_a_compilation_cache_or_on_several_devices_the_program_is_jitted
         with monkeypatch.context() as m:
             m.setattr(kept.jax, "device_count", lambda: 8)
             assert np.array_equal(run(2, 4), want)
+        for off in ("off", "0", " False "):
+            with monkeypatch.context() as m:
+                m.setenv(kept.ENV, off)
+                assert np.array_equal(run(2, 4), want)
     assert kept._programs == {} and not place.exists() and not warned(caplog)
 
 

@@ -18,13 +18,14 @@ before it reads a checkpoint) is traced through the model's initialisation; it i
 JSON entry.
 
 Entries are kept only where a compilation cache is on (JAX's jax_compilation_cache_dir is set,
-by a command or by the user) and the command runs on one device in one process (`keeping`);
-elsewhere `jitted` runs as it is. Cold and warm commands both run the exported program, so
-both compile the same one and give the same results. An entry's key covers tx's own source (as
-this process imported it), the jax, jaxlib, flax, optax and numpy versions, the device kind, JAX's
-settings (x64, matmul precision, ...), the caller's `key` (the model's config, the search, the
-run's config) and the arguments' tree, shapes and dtypes; a different key is a new entry, and
-an entry that cannot be read is a warning and made anew, never an error.
+by a command or by the user), TX_KEPT_PROGRAMS is not off, and the command runs on one device
+in one process (`keeping`); elsewhere `jitted` runs as it is. Cold and warm commands both run
+the exported program, so both compile the same one and give the same results. An entry's key
+covers tx's own source (as this process imported it), the jax, jaxlib, flax, optax and numpy
+versions, the device kind, JAX's settings (x64, matmul precision, ...), the caller's `key` (the
+model's config, the search, the run's config) and the arguments' tree, shapes and dtypes; a
+different key is a new entry, and an entry that cannot be read is a warning and made anew,
+never an error.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import pathlib
 from importlib import metadata
 
@@ -44,6 +46,7 @@ from tx import storage
 from tx.model import counting
 
 DIRECTORY = "tx-exported"
+ENV = "TX_KEPT_PROGRAMS"  # off (0, false, no): jitted programs only, XLA's cache still on
 
 
 def _source_fingerprint() -> str:
@@ -101,7 +104,10 @@ def _cache_dir() -> str | None:
 
 
 def keeping() -> bool:
-    """Whether entries are kept: a compilation cache is on, one device, one process."""
+    """Whether entries are kept: a compilation cache is on, TX_KEPT_PROGRAMS is not off, one
+    device, one process."""
+    if os.environ.get(ENV, "").strip().lower() in ("0", "off", "false", "no", "none"):
+        return False
     return bool(_cache_dir()) and jax.process_count() == 1 and jax.device_count() == 1
 
 
