@@ -30,4 +30,10 @@ def get_config():
     cfg.train.log_every_steps = 5
     cfg.train.eval_every_steps = 0
     cfg.decode.batch_tokens = 512
+    # 50 dev and test pairs, each output at most 4 sub-words longer than its source: what the
+    # tests prove of scoring and searching holds for any number of sentences and any length,
+    # and every test that scores or translates with these defaults runs the same few searches
+    # (one program per bucket, compiled once per suite) for few steps
+    cfg.data.demo_eval_size = 50
+    cfg.decode.max_extra_len = 4
     return cfg

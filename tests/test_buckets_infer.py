@@ -119,7 +119,7 @@ def test_evaluate_writes_its_hypotheses_and_scores_into_the_bucket(run, cwd, cap
     result = json.loads(capsys.readouterr().out.splitlines()[-1])
     hypotheses = wd.hypotheses_file(run, "test", "de")
     assert result["hypotheses_file"] == hypotheses
-    assert len(storage.read_text(hypotheses).splitlines()) == result["num_sentences"] == 500
+    assert len(storage.read_text(hypotheses).splitlines()) == result["num_sentences"] == 50
     card = json.loads(storage.read_text(wd.run_card_file(run)))
     assert card["scores"]["test"]["bleu"] == result["bleu"]
     assert os.listdir(cwd) == []

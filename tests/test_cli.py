@@ -26,13 +26,6 @@ def workdir(trained):
     return trained
 
 
-# Overrides that score 50 sentences of a split (5 or 6 batches, 3 shapes), each output at most
-# 4 sub-words longer than its source, as tests/test_end_to_end.py and test_runcard.py score
-# the test split (in one process, the same compiled searches): the properties below hold for
-# any number of sentences, and fewer search steps are run.
-FAST = ("--config.data.demo_eval_size=50", "--config.decode.max_extra_len=4")
-
-
 def tx_in_process(capfd, monkeypatch, *args, stdin=None) -> tuple[int, str, str]:
     """`python -m tx ARGS` run here (tx.__main__.main: the command line without the malloc
     restart, whose exit status `python -m tx` exits with): (status, stdout, stderr). A process
@@ -151,8 +144,8 @@ def test_average_then_evaluate_json(run_tx, workdir):
     after = os.stat(path)
     assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
     assert average(cfg, workdir, last=2) == (path, [15, 20])
-    # 50 test sentences (FAST), not the 500 of the run's config.
-    args = ("--split", "test", "--json", *FAST)
+    # the tiny config's 50 test sentences
+    args = ("--split", "test", "--json")
     result = json.loads(run_tx("evaluate", "--workdir", workdir, *args).splitlines()[-1])
     assert {"bleu", "bleu_signature", "tok_bleu", "chrf", "num_sentences"} <= set(result)
     assert result["num_sentences"] == 50 and result["checkpoint"] == "averaged/20 (steps [15, 20])"
@@ -169,10 +162,8 @@ def test_translate_with_a_missing_checkpoint_fails_clearly(capfd, monkeypatch, w
 def test_dev_bleu_hook_scores_current_parameters(workdir):
     from tx.eval.evaluate import dev_bleu_hook, evaluate_split
 
-    # 50 dev sentences (FAST): still 6 batches, each decoded the same both ways.
-    cfg = load_config(
-        os.path.join(workdir, "config.json"), [o.removeprefix("--config.") for o in FAST]
-    )
+    # the tiny config's 50 dev sentences: 6 batches, each decoded the same both ways
+    cfg = load_config(os.path.join(workdir, "config.json"))
     loaded = load_model(cfg, workdir)
     scores = dev_bleu_hook(cfg, workdir)(loaded.params)
     assert set(scores) == {"bleu", "tok_bleu"}

@@ -136,6 +136,6 @@ def test_cli_evaluate(engines, tmp_path):
             str(tmp_path / "hyp.txt"),
         ).splitlines()[-1]
     )
-    assert result["engine"] == "ctranslate2" and result["num_sentences"] == 500
+    assert result["engine"] == "ctranslate2" and result["num_sentences"] == 50
     assert result["checkpoint"].startswith("ctranslate2:")
-    assert len((tmp_path / "hyp.txt").read_text().splitlines()) == 500
+    assert len((tmp_path / "hyp.txt").read_text().splitlines()) == 50

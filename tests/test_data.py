@@ -239,7 +239,7 @@ def test_token_cache_is_written_once(tiny_run, monkeypatch, tmp_path):
     monkeypatch.setattr(Tokenizer, "encode_batch", lambda *a: pytest.fail("re-tokenized"))
     again = tokenized(text, tok, str(tmp_path), num_workers=1)
     np.testing.assert_array_equal(first.src_ids, again.src_ids)
-    assert len(first) == sources.DEMO_EVAL_SIZE
+    assert len(first) == cfg.data.demo_eval_size
     src, _ = next(iter(text))
     assert list(first.src(0)) == Tokenizer(tok.path).encode(src)
 

@@ -10,9 +10,8 @@ from tx.paper.demo import run_demo
 from tx.paper.end_to_end import train_average_evaluate
 from tx.train import runcard
 
-# The shared run's config (conftest `trained`), scoring 50 test sentences with short outputs.
+# The shared run's config (conftest `trained`).
 SHARED = ("train.num_steps=20", "train.checkpoint_every_steps=5")
-FAST = ("data.demo_eval_size=50", "decode.max_extra_len=4")
 
 
 def _fresh_copy(trained, tmp_path) -> str:
@@ -29,7 +28,7 @@ def _fresh_copy(trained, tmp_path) -> str:
 
 def test_train_average_evaluate_runs_the_steps_in_order(trained, tiny, tmp_path):
     work = _fresh_copy(trained, tmp_path)
-    cfg = tiny(*SHARED, *FAST, "decode.average_last=2")
+    cfg = tiny(*SHARED, "decode.average_last=2")
     seen = []
 
     def after_train():
@@ -59,7 +58,7 @@ def test_train_average_evaluate_runs_the_steps_in_order(trained, tiny, tmp_path)
 
 def test_without_averaging_the_last_checkpoint_is_scored(trained, tiny, tmp_path):
     work = _fresh_copy(trained, tmp_path)
-    cfg = tiny(*SHARED, *FAST)
+    cfg = tiny(*SHARED)
     out = train_average_evaluate(cfg, work, split="dev", average=False, by_length=5)
     assert out.averaged is None and not os.path.exists(wd.averaged_dir(work))
     assert out.scores["checkpoint"] == "checkpoints/20" and out.scores["split"] == "dev"
@@ -70,7 +69,7 @@ def test_without_averaging_the_last_checkpoint_is_scored(trained, tiny, tmp_path
 def test_the_demo_prints_the_average_and_samples_before_the_scores(trained, tiny, tmp_path):
     work = _fresh_copy(trained, tmp_path)
     lines = []
-    summary = run_demo(tiny(*SHARED, *FAST), work, say=lines.append)
+    summary = run_demo(tiny(*SHARED), work, say=lines.append)
     text = "\n".join(lines)
     averaged = f"averaged checkpoints [5, 10, 15, 20] -> {wd.averaged_dir(work)}/20"
     assert (

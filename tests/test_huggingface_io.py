@@ -357,11 +357,12 @@ def test_a_run_sent_to_hugging_face_and_back_is_the_run(exported, tmp_path):
     emitted = [t for t in range(tok.vocab_size) if t not in (PAD_ID, BOS_ID)]
     np.testing.assert_allclose(got[real][:, emitted], want[real][:, emitted], atol=ROUND_TRIP_ATOL)
     assert np.all(got[real][:, [PAD_ID, BOS_ID]] < -9e3)
-    # Searched in the trained run's buckets and batches (its own: tx's defaults, 17 buckets of
-    # 4096 tokens), all of SOURCES in one: one compiled search per beam
+    # Searched in the trained run's buckets, batches and output lengths (its own: tx's defaults,
+    # 17 buckets of 4096 tokens, +50), all of SOURCES in one: one compiled search per beam
     cfg, data = back.config.copy_and_resolve_references(), model.config.data
     cfg.data.update(bucket_lengths=data.bucket_lengths, max_len=data.max_len)
     cfg.decode.batch_tokens = model.config.decode.batch_tokens
+    cfg.decode.max_extra_len = model.config.decode.max_extra_len
     back = dataclasses.replace(back, config=cfg)
     for beam in (1, 4):
         ours = model.translate(SOURCES, beam=beam, alpha=0.0)

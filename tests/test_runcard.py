@@ -72,10 +72,7 @@ def test_a_resume_before_a_segment_end_clips_it():
 def test_average_and_evaluate_complete_the_card(trained, tiny, tmp_path):
     work = str(tmp_path / "run")
     shutil.copytree(trained, work)
-    # 50 test sentences with short outputs, as tests/test_end_to_end.py scores them (the same
-    # compiled searches): what the card records of a score does not depend on how many.
-    fast = ("data.demo_eval_size=50", "decode.max_extra_len=4")
-    cfg = tiny("train.num_steps=20", "train.checkpoint_every_steps=5", *fast)
+    cfg = tiny("train.num_steps=20", "train.checkpoint_every_steps=5")
     path, steps = average(cfg, work, 2)
     result = evaluate_split(cfg, work, "test")
     card = runcard.load(work)
